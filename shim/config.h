@@ -1,0 +1,51 @@
+// config: every LAZYPIN_* environment variable, parsed once into one struct.
+// A bad value never stops the host program: it yields one clear message naming
+// the variable and what it accepts, and the default is used instead.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace lazypin {
+
+enum class Mode { kOff, kLog, kDefer };
+absl::string_view ModeName(Mode mode);
+
+struct Config {
+  Mode mode = Mode::kLog;
+  std::string log_path;           // empty: lazypin-<prog>-<pid>.jsonl in the cwd
+  bool summary = true;            // summary on stderr at exit
+  uint64_t pool_bytes = 0;        // resolved bound in bytes (default: 25% of RAM)
+  uint64_t pool_entries = 65536;  // bound on pooled registrations
+  int64_t idle_ms = 10000;        // collector: release what sat unused this long; 0 = never
+  bool check_pfn = false;         // verify physical pages on every hit (root)
+  bool release_at_exit = false;   // unregister the pool one by one at exit
+};
+
+// What ParseConfig found: the configuration and one message per bad variable.
+struct ParsedConfig {
+  Config config;
+  std::vector<std::string> errors;
+};
+
+// `getenv` is injected so that tests need not touch the process environment.
+// `physical_ram` is the machine's RAM in bytes, for percentages.
+ParsedConfig ParseConfig(const std::function<const char*(const char*)>& getenv,
+                         uint64_t physical_ram);
+
+// Parsers for single values, exposed for tests. Sizes accept a plain number of
+// bytes, a number with K/M/G/T (binary, optional trailing B or iB), or N% of RAM.
+absl::StatusOr<uint64_t> ParseSize(absl::string_view text, uint64_t physical_ram);
+absl::StatusOr<int64_t> ParseCount(absl::string_view text, int64_t max);
+absl::StatusOr<bool> ParseBool(absl::string_view text);
+absl::StatusOr<Mode> ParseMode(absl::string_view text);
+
+// Expands %p in a log path to the pid (%% to a literal %).
+std::string ExpandLogPath(absl::string_view pattern, int pid);
+
+}  // namespace lazypin

@@ -1,0 +1,290 @@
+// hooks_memory: every path by which memory leaves the process (BRIEF.md,
+// hazard 1) invalidates overlapping pooled registrations first, then calls
+// the real function. Fast path: when nothing is pooled, one relaxed load of
+// the pool pointer (null unless deferring) and one of its entry count.
+// glibc's free and realloc unmap or trim memory internally, where no PLT hook
+// sees it, so free/realloc invalidate the whole block they release.
+#include "hooks_memory.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <malloc.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/shm.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "real.h"
+#include "shim.h"
+
+namespace lazypin {
+namespace {
+
+using FreeFn = void (*)(void*);
+using ReallocFn = void* (*)(void*, size_t);
+using ReallocarrayFn = void* (*)(void*, size_t, size_t);
+using MunmapFn = int (*)(void*, size_t);
+using MremapFn = void* (*)(void*, size_t, size_t, int, ...);
+using MmapFn = void* (*)(void*, size_t, int, int, int, off_t);
+using MadviseFn = int (*)(void*, size_t, int);
+using BrkFn = int (*)(void*);
+using SbrkFn = void* (*)(intptr_t);
+using ShmdtFn = int (*)(const void*);
+using ShmatFn = void* (*)(int, const void*, int);
+
+real::Lazy<FreeFn> g_free;
+real::Lazy<ReallocFn> g_realloc;
+real::Lazy<ReallocarrayFn> g_reallocarray;
+real::Lazy<MunmapFn> g_munmap;
+real::Lazy<MremapFn> g_mremap;
+real::Lazy<MmapFn> g_mmap;
+real::Lazy<MmapFn> g_mmap64;
+real::Lazy<MadviseFn> g_madvise;
+real::Lazy<BrkFn> g_brk;
+real::Lazy<SbrkFn> g_sbrk;
+real::Lazy<ShmdtFn> g_shmdt;
+real::Lazy<ShmatFn> g_shmat;
+
+thread_local int t_selftest_hits LAZYPIN_TLS = 0;
+// Set while a real function is being looked up: a free() then comes from the
+// loader itself and is leaked rather than handed to a function we lack.
+thread_local bool t_resolving LAZYPIN_TLS = false;
+
+template <typename Fn>
+Fn Real(real::Lazy<Fn>& lazy, const char* name) {
+  if (Fn fn = lazy.Peek()) return fn;
+  t_resolving = true;
+  Fn fn = lazy.Get(&real::Next, name);
+  t_resolving = false;
+  return fn;
+}
+
+uintptr_t Addr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+
+uintptr_t PageCeil(uintptr_t a) {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  return (a + page - 1) & ~(page - 1);
+}
+
+// Pool pointer if something is pooled and this is not lazypin's own call.
+inline bool Pooling() {
+  Pool* pool = Shim::ActivePool();
+  return pool != nullptr && !pool->Empty() && t_state.inside == 0;
+}
+
+void BlockLeaving(const void* ptr, EvictReason reason) {
+  if (ptr == nullptr || !Pooling()) return;
+  const uintptr_t lo = Addr(ptr);
+  Shim::MemoryLeaving(lo, lo + malloc_usable_size(const_cast<void*>(ptr)), reason);
+}
+
+void RangeLeaving(const void* addr, size_t len, EvictReason reason) {
+  if (len == 0 || !Pooling()) return;
+  Shim::MemoryLeaving(Addr(addr), PageCeil(Addr(addr) + len), reason);
+}
+
+// The size of the mapping that starts at `addr`, from /proc/self/maps, read
+// without allocating (shmdt says only where the segment starts).
+size_t MappingSizeAt(const void* addr) {
+  const int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[8192];
+  size_t have = 0, found = 0;
+  for (;;) {
+    const ssize_t n = read(fd, buf + have, sizeof buf - 1 - have);
+    if (n <= 0) break;
+    have += static_cast<size_t>(n);
+    buf[have] = '\0';
+    char* line = buf;
+    char* nl;
+    while ((nl = strchr(line, '\n')) != nullptr) {
+      *nl = '\0';
+      char* dash;
+      const uintptr_t lo = strtoull(line, &dash, 16);
+      const uintptr_t hi = *dash == '-' ? strtoull(dash + 1, nullptr, 16) : 0;
+      if (lo == Addr(addr) && hi > lo) found = hi - lo;
+      line = nl + 1;
+    }
+    have = static_cast<size_t>(buf + have - line);
+    memmove(buf, line, have);
+    if (found) break;
+  }
+  close(fd);
+  return found;
+}
+
+}  // namespace
+
+bool MemoryHooksSelfTest(std::string* why) {
+  real::DlsymFn dlsym_real = real::Dlsym();
+  if (dlsym_real == nullptr) {
+    *why = "glibc's dlsym was not found";
+    return false;
+  }
+  static constexpr const char* kHooked[] = {"free", "realloc", "munmap", "mremap", "mmap",
+                                            "madvise"};
+  Dl_info self;
+  if (dladdr(reinterpret_cast<void*>(&MemoryHooksSelfTest), &self) == 0) {
+    *why = "dladdr failed";
+    return false;
+  }
+  for (const char* name : kHooked) {
+    void* global = dlsym_real(RTLD_DEFAULT, name);
+    Dl_info info;
+    if (global == nullptr || dladdr(global, &info) == 0 || info.dli_fbase != self.dli_fbase) {
+      *why = std::string("the process's ") + name +
+             " is not lazypin's (another library that defines it is preloaded before lazypin)";
+      return false;
+    }
+  }
+  // Fire one: a munmap through the global symbol must reach the hook.
+  auto global_munmap = reinterpret_cast<MunmapFn>(dlsym_real(RTLD_DEFAULT, "munmap"));
+  void* page = Real(g_mmap, "mmap")(nullptr, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (page == MAP_FAILED) {
+    *why = "mmap failed";
+    return false;
+  }
+  const int before = t_selftest_hits;
+  global_munmap(page, 4096);
+  if (t_selftest_hits == before) {
+    *why = "a munmap through the global symbol did not reach lazypin's hook";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace lazypin
+
+using namespace lazypin;  // NOLINT: the hooks below are C symbols
+
+LAZYPIN_EXPORT void free(void* ptr) {
+  if (t_resolving) return;  // the loader's own allocation during our lookup: leak it
+  BlockLeaving(ptr, EvictReason::kFree);
+  if (FreeFn real = Real(g_free, "free")) real(ptr);
+}
+
+LAZYPIN_EXPORT void cfree(void* ptr) { free(ptr); }
+
+LAZYPIN_EXPORT void* realloc(void* ptr, size_t size) {
+  BlockLeaving(ptr, EvictReason::kRealloc);
+  ReallocFn real = Real(g_realloc, "realloc");
+  if (real == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return real(ptr, size);
+}
+
+LAZYPIN_EXPORT void* reallocarray(void* ptr, size_t n, size_t size) {
+  BlockLeaving(ptr, EvictReason::kRealloc);
+  ReallocarrayFn real = Real(g_reallocarray, "reallocarray");
+  if (real == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return real(ptr, n, size);
+}
+
+LAZYPIN_EXPORT int munmap(void* addr, size_t len) {
+  ++t_selftest_hits;
+  RangeLeaving(addr, len, EvictReason::kMunmap);
+  if (MunmapFn real = Real(g_munmap, "munmap")) return real(addr, len);
+  return static_cast<int>(syscall(SYS_munmap, addr, len));
+}
+
+LAZYPIN_EXPORT void* mremap(void* old_addr, size_t old_size, size_t new_size, int flags, ...) {
+  void* new_addr = nullptr;
+  if (flags & MREMAP_FIXED) {
+    va_list ap;
+    va_start(ap, flags);
+    new_addr = va_arg(ap, void*);
+    va_end(ap);
+    RangeLeaving(new_addr, new_size, EvictReason::kMremap);
+  }
+  RangeLeaving(old_addr, old_size, EvictReason::kMremap);
+  if (MremapFn real = Real(g_mremap, "mremap")) {
+    return real(old_addr, old_size, new_size, flags, new_addr);
+  }
+  return reinterpret_cast<void*>(syscall(SYS_mremap, old_addr, old_size, new_size, flags, new_addr));
+}
+
+static void* MmapHook(real::Lazy<MmapFn>& lazy, const char* name, void* addr, size_t len,
+                      int prot, int flags, int fd, off_t offset) {
+  if ((flags & MAP_FIXED) && !(flags & MAP_FIXED_NOREPLACE)) {
+    RangeLeaving(addr, len, EvictReason::kMmapFixed);
+  }
+  if (MmapFn real = Real(lazy, name)) return real(addr, len, prot, flags, fd, offset);
+  return reinterpret_cast<void*>(syscall(SYS_mmap, addr, len, prot, flags, fd, offset));
+}
+
+LAZYPIN_EXPORT void* mmap(void* addr, size_t len, int prot, int flags, int fd, off_t offset) {
+  return MmapHook(g_mmap, "mmap", addr, len, prot, flags, fd, offset);
+}
+
+LAZYPIN_EXPORT void* mmap64(void* addr, size_t len, int prot, int flags, int fd, off_t offset) {
+  return MmapHook(g_mmap64, "mmap64", addr, len, prot, flags, fd, offset);
+}
+
+LAZYPIN_EXPORT int madvise(void* addr, size_t len, int advice) {
+  constexpr int kDontneedLocked = 24;  // MADV_DONTNEED_LOCKED, Linux 5.18
+  if (advice == MADV_DONTNEED || advice == MADV_FREE || advice == MADV_REMOVE ||
+      advice == kDontneedLocked) {
+    RangeLeaving(addr, len, EvictReason::kMadvise);
+  }
+  if (MadviseFn real = Real(g_madvise, "madvise")) return real(addr, len, advice);
+  return static_cast<int>(syscall(SYS_madvise, addr, len, advice));
+}
+
+LAZYPIN_EXPORT int brk(void* addr) {
+  SbrkFn sbrk_real = Real(g_sbrk, "sbrk");
+  if (Pooling() && sbrk_real != nullptr) {
+    const uintptr_t current = Addr(sbrk_real(0));
+    if (Addr(addr) < current) Shim::MemoryLeaving(Addr(addr), current, EvictReason::kBrk);
+  }
+  BrkFn real = Real(g_brk, "brk");
+  if (real == nullptr) {
+    errno = ENOMEM;
+    return -1;
+  }
+  return real(addr);
+}
+
+LAZYPIN_EXPORT void* sbrk(intptr_t increment) {
+  SbrkFn real = Real(g_sbrk, "sbrk");
+  if (real == nullptr) {
+    errno = ENOMEM;
+    return reinterpret_cast<void*>(-1);
+  }
+  if (increment < 0 && Pooling()) {
+    const uintptr_t current = Addr(real(0));
+    Shim::MemoryLeaving(current + increment, current, EvictReason::kBrk);
+  }
+  return real(increment);
+}
+
+LAZYPIN_EXPORT int shmdt(const void* addr) {
+  if (Pooling()) {
+    const size_t size = MappingSizeAt(addr);
+    // Unknown size: release everything pooled at or above the address.
+    Shim::MemoryLeaving(Addr(addr), size ? Addr(addr) + size : ~uintptr_t{0}, EvictReason::kShmdt);
+  }
+  ShmdtFn real = Real(g_shmdt, "shmdt");
+  if (real == nullptr) return static_cast<int>(syscall(SYS_shmdt, addr));
+  return real(addr);
+}
+
+LAZYPIN_EXPORT void* shmat(int id, const void* addr, int flags) {
+  if ((flags & SHM_REMAP) && addr != nullptr && Pooling()) {
+    struct shmid_ds ds;
+    const size_t size = shmctl(id, IPC_STAT, &ds) == 0 ? ds.shm_segsz : 0;
+    Shim::MemoryLeaving(Addr(addr), size ? PageCeil(Addr(addr) + size) : ~uintptr_t{0},
+                        EvictReason::kShmat);
+  }
+  ShmatFn real = Real(g_shmat, "shmat");
+  if (real == nullptr) return reinterpret_cast<void*>(syscall(SYS_shmat, id, addr, flags));
+  return real(id, addr, flags);
+}

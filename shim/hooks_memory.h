@@ -1,0 +1,15 @@
+// hooks_memory: the exported memory hooks (free, realloc, munmap, mremap,
+// mmap(MAP_FIXED), madvise, brk/sbrk, shmdt, shmat) that invalidate pooled
+// registrations before memory leaves the process, and their self-test.
+#pragma once
+
+#include <string>
+
+namespace lazypin {
+
+// Proves that the process's global free/realloc/munmap/mremap/mmap/madvise
+// resolve to lazypin's hooks and that a call through them reaches the hook
+// (as UCX checks its memory hooks at start). False with a reason otherwise.
+bool MemoryHooksSelfTest(std::string* why);
+
+}  // namespace lazypin

@@ -1,0 +1,57 @@
+// log: the JSON Lines file (docs/log-format.md), written by an spdlog
+// asynchronous logger so that a calling thread only formats and enqueues.
+// Owns: opening the file safely, the writer thread, draining at exit and on
+// signals, and giving up cleanly (one message) when the file cannot be written.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/strings/string_view.h"
+
+namespace spdlog {
+class async_logger;
+namespace details { class thread_pool; }
+}  // namespace spdlog
+
+namespace lazypin {
+
+class Log {
+ public:
+  // Opens `path` for a new log: created with mode 0600, never through a
+  // symlink, never a file of another user. On failure returns null and sets
+  // `error` to one line saying why.
+  static std::unique_ptr<Log> Open(const std::string& path, std::string* error);
+
+  // Queues one record (no newline). Blocks only if the queue is full.
+  void Write(absl::string_view line);
+  // Writes all queued records; later Write()s are dropped. Idempotent.
+  void Close();
+  // From a signal handler: waits up to `timeout_ms` for the writer to catch up.
+  void WaitDrained(int timeout_ms) const;
+  // Writes one line directly, bypassing the queue (signal handlers, after Close).
+  void WriteDirect(absl::string_view line);
+
+  // Set once a write failed (disk full, file size limit): the error, else empty.
+  std::string failure() const;
+  const std::string& path() const { return path_; }
+
+ private:
+  Log(int fd, std::string path);
+  friend class FdSink;
+
+  const int fd_;
+  const std::string path_;
+  std::atomic<uint64_t> queued_{0};
+  std::atomic<uint64_t> written_{0};
+  std::atomic<int> failed_errno_{0};
+  std::atomic<uint64_t> offset_{0};
+  uint64_t size_limit_ = ~uint64_t{0};
+  std::atomic<bool> closed_{false};
+  std::shared_ptr<spdlog::details::thread_pool> pool_;
+  std::shared_ptr<spdlog::async_logger> logger_;
+};
+
+}  // namespace lazypin

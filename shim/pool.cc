@@ -1,0 +1,353 @@
+// pool: the policy (see pool.h for the invariants).
+#include "pool.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+
+namespace lazypin {
+namespace {
+
+uintptr_t PageSize() {
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  return page;
+}
+uintptr_t PageFloor(uintptr_t a) { return a & ~(PageSize() - 1); }
+uintptr_t PageCeil(uintptr_t a) {
+  const uintptr_t up = a + PageSize() - 1;
+  return up < a ? ~PageSize() + 1 : PageFloor(up);
+}
+uintptr_t End(uintptr_t base, size_t bytes) {
+  const uintptr_t end = base + bytes;
+  return end < base ? ~uintptr_t{0} : end;
+}
+
+}  // namespace
+
+const char* ActionName(Action action) {
+  switch (action) {
+    case Action::kForward: return "forward";
+    case Action::kHit: return "hit";
+    case Action::kMiss: return "miss";
+    case Action::kDeferred: return "deferred";
+    case Action::kPassthrough: return "passthrough";
+  }
+  return "forward";
+}
+
+const char* EvictReasonName(EvictReason reason) {
+  static constexpr const char* kNames[] = {
+      "lru",    "idle",   "overlap",    "make_room", "query", "free",  "realloc",
+      "munmap", "mremap", "mmap_fixed", "madvise",   "brk",   "shmdt", "shmat",
+      "context", "pfn",   "exit"};
+  static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<int>(EvictReason::kCount));
+  return kNames[static_cast<int>(reason)];
+}
+
+Pool::Pool(PoolDriver* driver, PoolObserver* observer, PoolLimits limits)
+    : driver_(driver), observer_(observer), limits_(limits) {}
+
+Pool::Map::iterator Pool::FirstOverlap(uintptr_t lo) {
+  auto it = entries_.upper_bound(lo);
+  if (it != entries_.begin()) {
+    auto prev = std::prev(it);
+    if (End(prev->second.base, prev->second.bytes) > lo) return prev;
+  }
+  return it;
+}
+
+bool Pool::RangeQuiet(uintptr_t lo, uintptr_t hi) const {
+  auto& self = const_cast<Pool&>(*this);
+  for (auto it = self.FirstOverlap(lo); it != self.entries_.end() && it->first < hi; ++it) {
+    if (it->second.state == State::kEvicting) return false;
+  }
+  return true;
+}
+
+void Pool::AwaitQuiet(uintptr_t lo, uintptr_t hi) {
+  struct Args { const Pool* pool; uintptr_t lo, hi; };
+  Args args{this, lo, hi};
+  mu_.Await(absl::Condition(
+      +[](Args* a) ABSL_NO_THREAD_SAFETY_ANALYSIS { return a->pool->RangeQuiet(a->lo, a->hi); },
+      &args));
+}
+
+void Pool::MarkDeferred(Entry& e) {
+  e.state = State::kDeferred;
+  e.lru_key = next_lru_key_++;
+  e.deferred_at = driver_->NowNs();
+  lru_.emplace(e.lru_key, e.base);
+  filter_.Add(e.base, End(e.base, e.bytes));
+  holding_.fetch_add(1, std::memory_order_relaxed);
+  counters_.pooled_bytes += e.bytes;
+  counters_.pooled_entries += 1;
+  counters_.peak_bytes = std::max(counters_.peak_bytes, counters_.pooled_bytes);
+  counters_.peak_entries = std::max(counters_.peak_entries, counters_.pooled_entries);
+}
+
+// Leaves kDeferred for kInUse (a hit) or kEvicting; the filter and holding_
+// count follow the entry until it is erased when it becomes kEvicting.
+void Pool::UnmarkDeferred(Entry& e) {
+  lru_.erase(e.lru_key);
+  counters_.pooled_bytes -= e.bytes;
+  counters_.pooled_entries -= 1;
+}
+
+void Pool::Erase(Map::iterator it) {
+  if (it->second.state != State::kInUse) {
+    filter_.Remove(it->second.base, End(it->second.base, it->second.bytes));
+    holding_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  entries_.erase(it);
+}
+
+void Pool::TakeVictim(Entry& e, EvictReason reason, std::vector<Victim>* victims) {
+  UnmarkDeferred(e);
+  e.state = State::kEvicting;
+  counters_.evictions[static_cast<int>(reason)] += 1;
+  victims->push_back(Victim{e.base, e.bytes, e.ctx, reason});
+}
+
+void Pool::TakeOverBounds(std::vector<Victim>* victims) {
+  while (!lru_.empty() && (counters_.pooled_bytes > limits_.max_bytes ||
+                           counters_.pooled_entries > limits_.max_entries)) {
+    auto it = entries_.find(lru_.begin()->second);
+    TakeVictim(it->second, EvictReason::kLru, victims);
+  }
+}
+
+int Pool::Evict(std::vector<Victim>& victims) {
+  if (victims.empty()) return 0;
+  for (const Victim& v : victims) {
+    const int64_t t0 = driver_->NowNs();
+    const int result = driver_->Unregister(v.base, v.ctx);
+    if (observer_ != nullptr) {
+      observer_->OnEvict(v.base, v.bytes, v.reason, result, driver_->NowNs() - t0);
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  for (const Victim& v : victims) {
+    auto it = entries_.find(v.base);
+    if (it != entries_.end() && it->second.state == State::kEvicting) Erase(it);
+  }
+  return static_cast<int>(victims.size());
+}
+
+bool Pool::FramesUnchanged(const Entry& e) {
+  std::vector<uint64_t> now;
+  if (!driver_->ReadFrames(e.base, e.bytes, &now)) return true;  // unknowable: trust the hooks
+  return now == e.frames;
+}
+
+Outcome Pool::Register(const RegisterRequest& req, absl::FunctionRef<int()> forward) {
+  if (abandoned_.load(std::memory_order_relaxed) || req.ptr == 0 || req.bytes == 0) {
+    return Outcome{forward(), Action::kForward, 0};
+  }
+  const uintptr_t lo = req.ptr, hi = End(req.ptr, req.bytes);
+  // The driver refuses overlaps at page granularity or finer: treat any entry
+  // sharing a page with the request as overlapping.
+  const uintptr_t page_lo = PageFloor(lo), page_hi = PageCeil(hi);
+  std::vector<Victim> victims;
+  bool forward_only = false;
+  {
+    absl::MutexLock lock(&mu_);
+    AwaitQuiet(page_lo, page_hi);
+    bool in_use_overlap = false;
+    Map::iterator exact = entries_.end();
+    for (auto it = FirstOverlap(page_lo); it != entries_.end() && it->first < page_hi; ++it) {
+      const Entry& e = it->second;
+      if (e.state == State::kInUse && e.base < hi && End(e.base, e.bytes) > lo) {
+        in_use_overlap = true;
+      }
+      if (e.state == State::kDeferred && e.base == req.ptr && e.bytes == req.bytes &&
+          e.flags == req.flags && e.ctx == req.ctx) {
+        exact = it;
+      }
+    }
+    if (in_use_overlap) {
+      // The program's own view overlaps: the driver answers (712), as without lazypin.
+      forward_only = true;
+    } else if (exact != entries_.end()) {
+      Entry& e = exact->second;
+      if (!limits_.check_frames || FramesUnchanged(e)) {
+        UnmarkDeferred(e);
+        filter_.Remove(e.base, End(e.base, e.bytes));
+        holding_.fetch_sub(1, std::memory_order_relaxed);
+        e.state = State::kInUse;
+        counters_.hits += 1;
+        return Outcome{kCudaSuccess, Action::kHit, 0};
+      }
+      if (observer_ != nullptr) {
+        observer_->OnWarning(absl::StrFormat(
+            "LAZYPIN_CHECK_PFN: the physical pages behind 0x%x (%d bytes) changed since they "
+            "were registered; a hook missed memory leaving the process. Treated as a miss.",
+            e.base, e.bytes));
+      }
+      TakeVictim(e, EvictReason::kPfn, &victims);
+    }
+    for (auto it = FirstOverlap(page_lo); !forward_only && it != entries_.end() && it->first < page_hi;
+         ++it) {
+      if (it->second.state == State::kDeferred) {
+        TakeVictim(it->second, EvictReason::kOverlap, &victims);
+      }
+    }
+    counters_.misses += 1;
+  }
+  if (forward_only) return Outcome{forward(), Action::kMiss, 0};
+  Outcome out{kCudaSuccess, Action::kMiss, Evict(victims)};
+  out.result = forward();
+  if (out.result == kCudaOutOfMemory && !Empty()) {
+    // Make room: release everything pooled, then try once more.
+    out.evicted += ReleaseAll(EvictReason::kMakeRoom);
+    out.result = forward();
+  }
+  if (out.result != kCudaSuccess) return out;
+
+  Entry entry{req.ptr, req.bytes, req.flags, req.ctx, req.device, State::kInUse, 0, 0, {}};
+  if (limits_.check_frames) driver_->ReadFrames(req.ptr, req.bytes, &entry.frames);
+  absl::MutexLock lock(&mu_);
+  // The driver just accepted this range, so any entry still overlapping it is
+  // stale (its context was torn down behind our back): forget it.
+  for (auto it = FirstOverlap(lo); it != entries_.end() && it->first < hi;) {
+    if (it->second.state == State::kEvicting) { ++it; continue; }
+    if (it->second.state == State::kDeferred) UnmarkDeferred(it->second);
+    auto next = std::next(it);
+    Erase(it);
+    it = next;
+  }
+  entries_.emplace(req.ptr, std::move(entry));
+  return out;
+}
+
+Outcome Pool::Unregister(uintptr_t ptr, absl::FunctionRef<int()> forward) {
+  if (abandoned_.load(std::memory_order_relaxed) || ptr == 0) {
+    return Outcome{forward(), Action::kForward, 0};
+  }
+  std::vector<Victim> victims;
+  Entry taken{};
+  bool took = false, deferred = false;
+  {
+    absl::MutexLock lock(&mu_);
+    AwaitQuiet(ptr, ptr + 1);
+    auto it = FirstOverlap(ptr);
+    const bool contains = it != entries_.end() && it->first <= ptr;
+    if (contains && it->second.state == State::kInUse && it->first == ptr) {
+      Entry& e = it->second;
+      if (e.bytes <= limits_.max_bytes && limits_.max_entries > 0) {
+        MarkDeferred(e);
+        counters_.deferred += 1;
+        TakeOverBounds(&victims);
+        deferred = true;
+      } else {
+        // Too large to pool: the driver does the work now.
+        taken = std::move(e);
+        took = true;
+        entries_.erase(it);
+      }
+    } else if (contains && it->second.state == State::kDeferred) {
+      // The program unregisters memory it has already unregistered: make the
+      // driver's view match the program's, then let the driver answer.
+      TakeVictim(it->second, EvictReason::kOverlap, &victims);
+    }
+  }
+  if (deferred) return Outcome{kCudaSuccess, Action::kDeferred, Evict(victims)};
+  Outcome out{kCudaSuccess, Action::kForward, Evict(victims)};
+  out.result = forward();
+  if (took && out.result != kCudaSuccess) {
+    // The driver kept it: so do we.
+    absl::MutexLock lock(&mu_);
+    entries_.emplace(taken.base, std::move(taken));
+  }
+  return out;
+}
+
+int Pool::Invalidate(uintptr_t lo, uintptr_t hi, EvictReason reason) {
+  if (abandoned_.load(std::memory_order_relaxed) || hi <= lo) return 0;
+  std::vector<Victim> victims;
+  {
+    absl::MutexLock lock(&mu_);
+    AwaitQuiet(lo, hi);
+    for (auto it = FirstOverlap(lo); it != entries_.end() && it->first < hi; ++it) {
+      if (it->second.state == State::kDeferred) TakeVictim(it->second, reason, &victims);
+    }
+  }
+  return Evict(victims);
+}
+
+int Pool::DropContext(Context ctx) {
+  if (abandoned_.load(std::memory_order_relaxed)) return 0;
+  std::vector<Victim> victims;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      Entry& e = it->second;
+      auto next = std::next(it);
+      if (e.ctx == ctx) {
+        if (e.state == State::kDeferred) TakeVictim(e, EvictReason::kContext, &victims);
+        else if (e.state == State::kInUse) Erase(it);
+      }
+      it = next;
+    }
+  }
+  return Evict(victims);
+}
+
+int Pool::DropDevice(int device, bool forget_in_use) {
+  if (abandoned_.load(std::memory_order_relaxed)) return 0;
+  std::vector<Victim> victims;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      Entry& e = it->second;
+      auto next = std::next(it);
+      if (e.device == device) {
+        if (e.state == State::kDeferred) TakeVictim(e, EvictReason::kContext, &victims);
+        else if (e.state == State::kInUse && forget_in_use) Erase(it);
+      }
+      it = next;
+    }
+  }
+  return Evict(victims);
+}
+
+int Pool::CollectIdle(int64_t idle_ns) {
+  if (abandoned_.load(std::memory_order_relaxed) || Empty()) return 0;
+  const int64_t cutoff = driver_->NowNs() - idle_ns;
+  std::vector<Victim> victims;
+  {
+    absl::MutexLock lock(&mu_);
+    // LRU order is deferral order, so the idle ones are a prefix.
+    while (!lru_.empty()) {
+      Entry& e = entries_.find(lru_.begin()->second)->second;
+      if (e.deferred_at > cutoff) break;
+      TakeVictim(e, EvictReason::kIdle, &victims);
+    }
+  }
+  return Evict(victims);
+}
+
+int Pool::ReleaseAll(EvictReason reason) {
+  if (abandoned_.load(std::memory_order_relaxed)) return 0;
+  std::vector<Victim> victims;
+  {
+    absl::MutexLock lock(&mu_);
+    while (!lru_.empty()) {
+      TakeVictim(entries_.find(lru_.begin()->second)->second, reason, &victims);
+    }
+  }
+  return Evict(victims);
+}
+
+void Pool::AbandonAfterFork() {
+  abandoned_.store(true, std::memory_order_relaxed);
+  holding_.store(0, std::memory_order_relaxed);
+}
+
+PoolCounters Pool::Counters() const {
+  absl::MutexLock lock(&mu_);
+  return counters_;
+}
+
+}  // namespace lazypin

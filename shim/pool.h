@@ -1,0 +1,184 @@
+// pool: the policy of lazypin, and nothing else. It keeps two views of host
+// registrations apart: the program's (what it registered and has not
+// unregistered: state kInUse) and the driver's (kInUse plus what lazypin keeps
+// alive after the program unregistered it: kDeferred). It decides hit, miss,
+// defer and evict; it reaches the driver only through PoolDriver, so tests
+// drive it with a fake and no CUDA at all.
+//
+// Invariants (see docs/design.md):
+//  - The driver's registrations are exactly the entries of this map (in-use,
+//    deferred, or evicting), so a program call that the pool forwards gets the
+//    driver's own answer, error codes included.
+//  - A hit needs an exact match (base, bytes, flags, context): whatever the
+//    program then asks the driver about that memory is answered truthfully.
+//  - Before memory touched by a deferred entry leaves the process, or is the
+//    subject of any call other than an exact hit, that entry is really
+//    unregistered (evicted) first. Callers wait for evictions in progress.
+//  - The driver is never called with the lock held.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/btree_map.h"
+#include "absl/functional/function_ref.h"
+#include "absl/synchronization/mutex.h"
+#include "granule_filter.h"
+
+namespace lazypin {
+
+using Context = void*;  // a CUcontext, opaque to the pool
+
+enum class Action { kForward, kHit, kMiss, kDeferred, kPassthrough };
+const char* ActionName(Action action);
+
+enum class EvictReason {
+  kLru, kIdle, kOverlap, kMakeRoom, kQuery, kFree, kRealloc, kMunmap, kMremap, kMmapFixed,
+  kMadvise, kBrk, kShmdt, kShmat, kContext, kPfn, kExit,
+  kCount  // number of reasons
+};
+const char* EvictReasonName(EvictReason reason);
+
+// CUDA result codes the pool needs to know.
+constexpr int kCudaSuccess = 0;
+constexpr int kCudaOutOfMemory = 2;
+
+// The pool's only route to the driver.
+class PoolDriver {
+ public:
+  virtual ~PoolDriver() = default;
+  // Really unregisters the registration based at `ptr`, made in `ctx`.
+  virtual int Unregister(uintptr_t ptr, Context ctx) = 0;
+  // The physical frames now behind [ptr, ptr+bytes), one per page; false if unknown.
+  virtual bool ReadFrames(uintptr_t ptr, size_t bytes, std::vector<uint64_t>* frames) = 0;
+  virtual int64_t NowNs() = 0;
+};
+
+// Told of what the pool does outside the program's own calls (for the log).
+class PoolObserver {
+ public:
+  virtual ~PoolObserver() = default;
+  virtual void OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result,
+                       int64_t latency_ns) = 0;
+  virtual void OnWarning(const std::string& message) = 0;
+};
+
+struct PoolLimits {
+  uint64_t max_bytes = uint64_t{1} << 33;
+  uint64_t max_entries = 65536;
+  bool check_frames = false;  // LAZYPIN_CHECK_PFN
+};
+
+struct RegisterRequest {
+  uintptr_t ptr = 0;
+  size_t bytes = 0;
+  unsigned flags = 0;
+  Context ctx = nullptr;
+  int device = 0;
+};
+
+// What happened to one program call.
+struct Outcome {
+  int result = kCudaSuccess;
+  Action action = Action::kForward;
+  int evicted = 0;  // pooled registrations really unregistered on its behalf
+};
+
+struct PoolCounters {
+  uint64_t hits = 0, misses = 0, deferred = 0;
+  uint64_t evictions[static_cast<int>(EvictReason::kCount)] = {};
+  uint64_t pooled_bytes = 0, pooled_entries = 0;
+  uint64_t peak_bytes = 0, peak_entries = 0;
+};
+
+class Pool {
+ public:
+  Pool(PoolDriver* driver, PoolObserver* observer, PoolLimits limits);
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+
+  // A program's register. `forward` makes the program's own call to the driver.
+  Outcome Register(const RegisterRequest& request, absl::FunctionRef<int()> forward);
+  // A program's unregister of `ptr`.
+  Outcome Unregister(uintptr_t ptr, absl::FunctionRef<int()> forward);
+
+  // Memory [lo, hi) leaves the process, or a pointer query touches it: really
+  // unregister the deferred entries overlapping it. Returns how many.
+  int Invalidate(uintptr_t lo, uintptr_t hi, EvictReason reason);
+  // Cheap and lock-free: false means Invalidate(lo, hi) would do nothing.
+  bool MaybeHolds(uintptr_t lo, uintptr_t hi) const {
+    return holding_.load(std::memory_order_relaxed) != 0 && filter_.MaybeOverlaps(lo, hi);
+  }
+  bool Empty() const { return holding_.load(std::memory_order_relaxed) == 0; }
+
+  // A context is destroyed: release its deferred entries, forget its in-use ones.
+  int DropContext(Context ctx);
+  // A device's primary context is reset or released: release its deferred
+  // entries; forget its in-use ones too when `forget_in_use` (reset).
+  int DropDevice(int device, bool forget_in_use);
+  // The collector: release deferred entries unused for `idle_ns`.
+  int CollectIdle(int64_t idle_ns);
+  // Release every deferred entry (LAZYPIN_RELEASE_AT_EXIT).
+  int ReleaseAll(EvictReason reason);
+  // In a fork's child: forget everything without touching the driver or the
+  // lock (another thread may have held it at fork time); pass everything through.
+  void AbandonAfterFork();
+  bool Abandoned() const { return abandoned_.load(std::memory_order_relaxed); }
+
+  PoolCounters Counters() const;
+
+ private:
+  enum class State { kInUse, kDeferred, kEvicting };
+  struct Entry {
+    uintptr_t base;
+    size_t bytes;
+    unsigned flags;
+    Context ctx;
+    int device;
+    State state;
+    uint64_t lru_key;    // valid while kDeferred
+    int64_t deferred_at;  // ns, valid while kDeferred
+    std::vector<uint64_t> frames;  // with check_frames: the pages registered
+  };
+  struct Victim {
+    uintptr_t base;
+    size_t bytes;
+    Context ctx;
+    EvictReason reason;
+  };
+  using Map = absl::btree_map<uintptr_t, Entry>;
+
+  // First entry whose byte range may overlap [lo, hi) (entries are disjoint,
+  // so their ends are sorted like their bases).
+  Map::iterator FirstOverlap(uintptr_t lo) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool RangeQuiet(uintptr_t lo, uintptr_t hi) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AwaitQuiet(uintptr_t lo, uintptr_t hi) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MarkDeferred(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnmarkDeferred(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Erase(Map::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TakeVictim(Entry& e, EvictReason reason, std::vector<Victim>* victims)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TakeOverBounds(std::vector<Victim>* victims) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unregisters the victims without the lock, then removes them. Returns the count.
+  int Evict(std::vector<Victim>& victims) ABSL_LOCKS_EXCLUDED(mu_);
+  bool FramesUnchanged(const Entry& e);
+
+  PoolDriver* const driver_;
+  PoolObserver* const observer_;
+  const PoolLimits limits_;
+
+  mutable absl::Mutex mu_;
+  Map entries_ ABSL_GUARDED_BY(mu_);
+  absl::btree_map<uint64_t, uintptr_t> lru_ ABSL_GUARDED_BY(mu_);  // key -> base, deferred only
+  uint64_t next_lru_key_ ABSL_GUARDED_BY(mu_) = 1;
+  PoolCounters counters_ ABSL_GUARDED_BY(mu_);
+
+  std::atomic<int64_t> holding_{0};  // deferred + evicting entries
+  std::atomic<bool> abandoned_{false};
+  GranuleFilter filter_;
+};
+
+}  // namespace lazypin

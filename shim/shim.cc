@@ -1,0 +1,492 @@
+// shim: wiring and lifecycle (see shim.h).
+#include "shim.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "collector.h"
+#include "fmt/format.h"
+#include "cuda.h"
+#include "hooks_memory.h"
+#include "log.h"
+#include "pfn.h"
+#include "real.h"
+
+namespace lazypin {
+
+thread_local ThreadState t_state LAZYPIN_TLS;
+std::atomic<Pool*> g_pool{nullptr};
+
+namespace {
+
+std::atomic<Shim*> g_shim{nullptr};
+// 0: not set up; 1: set up (g_shim may still be null: off, child, exited).
+std::atomic<int> g_setup{0};
+thread_local int t_tid LAZYPIN_TLS = 0;
+
+constexpr const char* kVersion = "0.1.0";
+
+int64_t MonotonicNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+int64_t UnixNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+int ThreadId() {
+  if (t_tid == 0) t_tid = static_cast<int>(syscall(SYS_gettid));
+  return t_tid;
+}
+
+std::string JsonString(absl::string_view s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) absl::StrAppend(&out, absl::StrFormat("\\u%04x", c));
+        else out.push_back(static_cast<char>(c));
+    }
+  }
+  out += "\"";
+  return out;
+}
+
+std::string ReadSmallFile(const char* path) {
+  std::string out;
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0 && out.size() < (1 << 20)) out.append(buf, n);
+  close(fd);
+  return out;
+}
+
+template <typename Fn>
+Fn DriverFn(real::Lazy<Fn>& lazy, const char* name) {
+  return lazy.Get(&real::Driver, name);
+}
+
+// The pool's route to the real driver.
+class RealPoolDriver final : public PoolDriver {
+ public:
+  int Unregister(uintptr_t ptr, Context ctx) override {
+    auto unregister = DriverFn(unregister_, "cuMemHostUnregister");
+    auto push = DriverFn(push_, "cuCtxPushCurrent_v2");
+    auto pop = DriverFn(pop_, "cuCtxPopCurrent_v2");
+    if (unregister == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+    // The registration belongs to `ctx`; whichever thread evicts, make it current.
+    const bool pushed = ctx != nullptr && push != nullptr && pop != nullptr &&
+                        push(static_cast<CUcontext>(ctx)) == CUDA_SUCCESS;
+    const int result = unregister(reinterpret_cast<void*>(ptr));
+    if (pushed) {
+      CUcontext popped;
+      pop(&popped);
+    }
+    return result;
+  }
+  bool ReadFrames(uintptr_t ptr, size_t bytes, std::vector<uint64_t>* frames) override {
+    return ReadPageFrames(ptr, bytes, frames);
+  }
+  int64_t NowNs() override { return MonotonicNs(); }
+
+ private:
+  real::Lazy<CUresult (*)(void*)> unregister_;
+  real::Lazy<CUresult (*)(CUcontext)> push_;
+  real::Lazy<CUresult (*)(CUcontext*)> pop_;
+};
+
+class ShimPoolObserver final : public PoolObserver {
+ public:
+  explicit ShimPoolObserver(Shim* shim) : shim_(shim) {}
+  void OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result,
+               int64_t latency_ns) override {
+    shim_->RecordEvict(ptr, bytes, reason, result, latency_ns);
+  }
+  void OnWarning(const std::string& message) override { shim_->Warn(message); }
+
+ private:
+  Shim* const shim_;
+};
+
+real::Lazy<CUresult (*)(CUcontext*)> g_ctx_get_current;
+real::Lazy<CUresult (*)(CUdevice*)> g_ctx_get_device;
+real::Lazy<CUresult (*)(int*)> g_driver_get_version;
+
+struct sigaction g_old_action[NSIG];
+std::atomic<bool> g_exit_handlers_installed{false};
+
+void ExitHandler() {
+  if (Shim* shim = g_shim.load(std::memory_order_acquire)) shim->AtExit("exit");
+}
+void ForkChildHandler() {
+  if (Shim* shim = g_shim.load(std::memory_order_acquire)) shim->InForkChild();
+}
+void SignalHandler(int sig) {
+  const int saved_errno = errno;
+  if (Shim* shim = g_shim.load(std::memory_order_acquire)) shim->OnSignal(sig);
+  errno = saved_errno;
+}
+
+}  // namespace
+
+const char* ViaName(Via via) {
+  switch (via) {
+    case Via::kSymbol: return "symbol";
+    case Via::kDlsym: return "dlsym";
+    case Via::kGetProc: return "getproc";
+  }
+  return "symbol";
+}
+
+Shim::Shim() = default;
+
+Shim* Shim::Active() {
+  if (g_setup.load(std::memory_order_acquire) == 0) {
+    static std::once_flag once;
+    std::call_once(once, [] {
+      ScopedInsideLazypin inside;
+      auto* shim = new Shim();  // never destroyed: hooks may run until the very end
+      shim->Init();
+      g_setup.store(1, std::memory_order_release);
+    });
+  }
+  return g_shim.load(std::memory_order_acquire);
+}
+
+Shim* Shim::IfActive() { return g_shim.load(std::memory_order_acquire); }
+
+Pool* Shim::ActivePool() { return g_pool.load(std::memory_order_relaxed); }
+
+void Shim::Init() {
+  start_mono_ns_ = MonotonicNs();
+  start_unix_ns_ = UnixNs();
+  const uint64_t ram = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+                       static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  ParsedConfig parsed = ParseConfig([](const char* name) { return getenv(name); }, ram);
+  config_ = parsed.config;
+  config_errors_ = std::move(parsed.errors);
+  for (const std::string& error : config_errors_) fprintf(stderr, "%s\n", error.c_str());
+  if (config_.mode == Mode::kOff) return;  // g_shim stays null: every hook passes through
+
+  if (config_.log_path.empty()) {
+    config_.log_path = absl::StrCat("lazypin-", program_invocation_short_name, "-%p.jsonl");
+  }
+  std::string error;
+  log_ = Log::Open(ExpandLogPath(config_.log_path, getpid()), &error);
+  if (log_ == nullptr) fprintf(stderr, "%s\n", error.c_str());
+
+  if (config_.mode == Mode::kDefer) {
+    std::string why;
+    if (!MemoryHooksSelfTest(&why)) {
+      config_.mode = Mode::kLog;
+      config_errors_.push_back(absl::StrCat(
+          "lazypin: LAZYPIN_MODE=defer turned off, logging only: the memory hooks' self-test "
+          "failed (", why, ")"));
+      fprintf(stderr, "%s\n", config_errors_.back().c_str());
+    }
+  }
+  WriteHeader();
+  for (const std::string& e : config_errors_) {
+    if (log_) log_->Write(absl::StrFormat(R"({"type":"warning","t_ns":0,"message":%s})", JsonString(e)));
+  }
+  if (config_.mode == Mode::kDefer) {
+    PoolLimits limits;
+    limits.max_bytes = config_.pool_bytes;
+    limits.max_entries = config_.pool_entries;
+    limits.check_frames = config_.check_pfn;
+    pool_driver_ = std::make_unique<RealPoolDriver>();
+    pool_observer_ = std::make_unique<ShimPoolObserver>(this);
+    pool_ = std::make_unique<Pool>(pool_driver_.get(), pool_observer_.get(), limits);
+    g_pool.store(pool_.get(), std::memory_order_release);
+    if (config_.check_pfn) {
+      std::vector<uint64_t> frames;
+      if (!ReadPageFrames(reinterpret_cast<uintptr_t>(&frames), 1, &frames)) {
+        Warn("LAZYPIN_CHECK_PFN=1 needs root (CAP_SYS_ADMIN) to read /proc/self/pagemap; "
+             "page checks are off");
+      }
+    }
+    if (config_.idle_ms > 0) collector_ = std::make_unique<Collector>(pool_.get(), config_.idle_ms);
+  }
+  pthread_atfork(nullptr, nullptr, ForkChildHandler);
+  for (int sig : {SIGTERM, SIGINT}) {
+    struct sigaction old;
+    if (sigaction(sig, nullptr, &old) == 0 && !(old.sa_flags & SA_SIGINFO) &&
+        old.sa_handler == SIG_DFL) {
+      struct sigaction action = {};
+      action.sa_handler = SignalHandler;
+      sigemptyset(&action.sa_mask);
+      action.sa_flags = SA_RESTART;
+      g_old_action[sig] = old;
+      sigaction(sig, &action, nullptr);
+    }
+  }
+  g_shim.store(this, std::memory_order_release);
+}
+
+void Shim::WriteHeader() {
+  if (!log_) return;
+  std::string argv;
+  const std::string cmdline = ReadSmallFile("/proc/self/cmdline");
+  for (size_t i = 0; i < cmdline.size();) {
+    const size_t end = cmdline.find('\0', i);
+    const size_t stop = end == std::string::npos ? cmdline.size() : end;
+    absl::StrAppend(&argv, argv.empty() ? "" : ",", JsonString(cmdline.substr(i, stop - i)));
+    i = stop + 1;
+  }
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  exe[n > 0 ? n : 0] = '\0';
+  int driver_version = 0;
+  if (auto get_version = DriverFn(g_driver_get_version, "cuDriverGetVersion")) {
+    if (get_version(&driver_version) != CUDA_SUCCESS) driver_version = 0;
+  }
+  log_->Write(absl::StrFormat(
+      R"({"type":"header","format":1,"lazypin":"%s","pid":%d,"exe":%s,"argv":[%s],"mode":"%s",)"
+      R"("start_unix_ns":%d,"driver_version":%d,"config":{"mode":"%s","log":%s,"summary":%s,)"
+      R"("pool_bytes":%d,"pool_entries":%d,"idle_ms":%d,"check_pfn":%s,"release_at_exit":%s}})",
+      kVersion, getpid(), JsonString(exe), argv, ModeName(config_.mode), start_unix_ns_,
+      driver_version, ModeName(config_.mode), JsonString(log_->path()),
+      config_.summary ? "true" : "false", config_.pool_bytes, config_.pool_entries,
+      config_.idle_ms, config_.check_pfn ? "true" : "false",
+      config_.release_at_exit ? "true" : "false"));
+}
+
+int64_t Shim::Now() const { return MonotonicNs() - start_mono_ns_; }
+
+void Shim::InstallExitHandlersOnce() {
+  // After the first real call, so that cudart (set up inside that call)
+  // registered its own exit handler first, and ours runs while CUDA is alive.
+  if (g_exit_handlers_installed.exchange(true)) return;
+  atexit(ExitHandler);
+}
+
+void Shim::Record(Api api, Via via, void* ptr, size_t bytes, unsigned flags, int result,
+                  int64_t latency_ns, Action action, int evicted) {
+  stats_.RecordCall(api, bytes, result, latency_ns, action);
+  if (!log_) return;
+  fmt::memory_buffer line;
+  fmt::format_to(std::back_inserter(line),
+                 R"({{"type":"call","t_ns":{},"tid":{},"api":"{}","via":"{}","ptr":"{}",)"
+                 R"("bytes":{},"flags":{},"result":{},"latency_ns":{},"action":"{}","evicted":{}}})",
+                 Now(), ThreadId(), ApiName(api), ViaName(via), ptr, bytes, flags, result,
+                 latency_ns, ActionName(action), evicted);
+  log_->Write(absl::string_view(line.data(), line.size()));
+}
+
+void Shim::RecordEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result,
+                       int64_t latency_ns) {
+  stats_.RecordEvict(latency_ns);
+  if (!log_) return;
+  log_->Write(absl::StrFormat(
+      R"({"type":"evict","t_ns":%d,"tid":%d,"ptr":"%p","bytes":%d,"reason":"%s","result":%d,"latency_ns":%d})",
+      Now(), ThreadId(), reinterpret_cast<void*>(ptr), bytes, EvictReasonName(reason), result,
+      latency_ns));
+}
+
+void Shim::Warn(const std::string& message) {
+  fprintf(stderr, "lazypin: %s\n", message.c_str());
+  if (log_) {
+    log_->Write(absl::StrFormat(R"({"type":"warning","t_ns":%d,"message":%s})", Now(),
+                                JsonString(message)));
+  }
+}
+
+int Shim::RuntimeCall(Api api, Via via, void* ptr, size_t bytes, unsigned flags,
+                      absl::FunctionRef<int()> real) {
+  t_state.runtime_depth += 1;
+  t_state.action = Action::kForward;
+  t_state.evicted = 0;
+  const int64_t t0 = MonotonicNs();
+  const int result = real();
+  const int64_t latency = MonotonicNs() - t0;
+  t_state.runtime_depth -= 1;
+  ScopedInsideLazypin inside;
+  Record(api, via, ptr, bytes, flags, result, latency, t_state.action, t_state.evicted);
+  InstallExitHandlersOnce();
+  return result;
+}
+
+Outcome Shim::PoolRegister(void* ptr, size_t bytes, unsigned flags,
+                           absl::FunctionRef<int()> real) {
+  RegisterRequest request;
+  request.ptr = reinterpret_cast<uintptr_t>(ptr);
+  request.bytes = bytes;
+  request.flags = flags;
+  CUcontext ctx = nullptr;
+  CUdevice device = -1;
+  if (auto get = DriverFn(g_ctx_get_current, "cuCtxGetCurrent")) get(&ctx);
+  if (auto get = DriverFn(g_ctx_get_device, "cuCtxGetDevice")) {
+    if (get(&device) != CUDA_SUCCESS) device = -1;
+  }
+  request.ctx = ctx;
+  request.device = device;
+  return pool_->Register(request, real);
+}
+
+int Shim::DriverRegister(Api api, Via via, void* ptr, size_t bytes, unsigned flags,
+                         absl::FunctionRef<int()> real) {
+  const bool nested = t_state.runtime_depth > 0;  // cudart calling down: it records
+  if (pool_ == nullptr) {
+    if (nested) return real();
+    const int64_t t0 = MonotonicNs();
+    const int result = real();
+    const int64_t latency = MonotonicNs() - t0;
+    ScopedInsideLazypin inside;
+    Record(api, via, ptr, bytes, flags, result, latency, Action::kForward, 0);
+    InstallExitHandlersOnce();
+    return result;
+  }
+  const int64_t t0 = MonotonicNs();
+  Outcome outcome;
+  {
+    ScopedInsideLazypin inside;
+    outcome = PoolRegister(ptr, bytes, flags, real);
+  }
+  const int64_t latency = MonotonicNs() - t0;
+  if (nested) {
+    t_state.action = outcome.action;
+    t_state.evicted = outcome.evicted;
+    return outcome.result;
+  }
+  ScopedInsideLazypin inside;
+  Record(api, via, ptr, bytes, flags, outcome.result, latency, outcome.action, outcome.evicted);
+  InstallExitHandlersOnce();
+  return outcome.result;
+}
+
+int Shim::DriverUnregister(Api api, Via via, void* ptr, absl::FunctionRef<int()> real) {
+  const bool nested = t_state.runtime_depth > 0;
+  if (pool_ == nullptr) {
+    if (nested) return real();
+    const int64_t t0 = MonotonicNs();
+    const int result = real();
+    const int64_t latency = MonotonicNs() - t0;
+    ScopedInsideLazypin inside;
+    Record(api, via, ptr, 0, 0, result, latency, Action::kForward, 0);
+    return result;
+  }
+  const int64_t t0 = MonotonicNs();
+  Outcome outcome;
+  {
+    ScopedInsideLazypin inside;
+    outcome = pool_->Unregister(reinterpret_cast<uintptr_t>(ptr), real);
+  }
+  const int64_t latency = MonotonicNs() - t0;
+  if (nested) {
+    t_state.action = outcome.action;
+    t_state.evicted = outcome.evicted;
+    return outcome.result;
+  }
+  ScopedInsideLazypin inside;
+  Record(api, via, ptr, 0, 0, outcome.result, latency, outcome.action, outcome.evicted);
+  return outcome.result;
+}
+
+void Shim::BeforeContextDestroy(void* ctx) {
+  if (pool_ == nullptr) return;
+  ScopedInsideLazypin inside;
+  pool_->DropContext(ctx);
+}
+
+void Shim::BeforePrimaryContextReset(int device, bool forget_in_use) {
+  if (pool_ == nullptr) return;
+  ScopedInsideLazypin inside;
+  pool_->DropDevice(device, forget_in_use);
+}
+
+void Shim::BeforeQuery(uintptr_t ptr) {
+  if (pool_ == nullptr || !pool_->MaybeHolds(ptr, ptr + 1)) return;
+  ScopedInsideLazypin inside;
+  pool_->Invalidate(ptr, ptr + 1, EvictReason::kQuery);
+}
+
+void Shim::MemoryLeaving(uintptr_t lo, uintptr_t hi, EvictReason reason) {
+  Pool* pool = g_pool.load(std::memory_order_relaxed);
+  if (pool == nullptr || t_state.inside > 0 || !pool->MaybeHolds(lo, hi)) return;
+  ScopedInsideLazypin inside;
+  pool->Invalidate(lo, hi, reason);
+}
+
+void Shim::AtExit(const char* ended_by) {
+  static std::atomic<bool> done{false};
+  if (done.exchange(true)) return;
+  ScopedInsideLazypin inside;
+  if (collector_) collector_->Stop();
+  if (pool_ && config_.release_at_exit) pool_->ReleaseAll(EvictReason::kExit);
+  const PoolCounters counters = pool_ ? pool_->Counters() : PoolCounters{};
+  std::string log_note;
+  if (log_) {
+    log_->Write(stats_.SummaryJson(counters, Now(), ended_by));
+    log_->Close();
+    const std::string failure = log_->failure();
+    log_note = failure.empty()
+                   ? absl::StrCat("lazypin: log: ", log_->path(), "\n")
+                   : absl::StrCat("lazypin: log ", log_->path(), " is incomplete: ", failure, "\n");
+  }
+  if (config_.summary) {
+    const std::string text = stats_.SummaryText(counters, pool_ != nullptr) + log_note;
+    fputs(text.c_str(), stderr);
+  } else if (!log_note.empty() && log_note.find("incomplete") != std::string::npos) {
+    fputs(log_note.c_str(), stderr);
+  }
+  // From here on, the driver's own teardown releases what the pool holds.
+  if (pool_) pool_->AbandonAfterFork();
+  g_pool.store(nullptr, std::memory_order_release);
+  g_shim.store(nullptr, std::memory_order_release);
+}
+
+void Shim::OnSignal(int sig) {
+  // Async-signal-safe only: wait for the writer thread, append a short
+  // summary by hand, then die of the signal as the program would have.
+  if (log_) {
+    log_->WaitDrained(500);
+    char line[160];
+    const char* name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+    int64_t t = Now();
+    char digits[24];
+    int n = 0;
+    do { digits[n++] = static_cast<char>('0' + t % 10); t /= 10; } while (t > 0 && n < 23);
+    size_t len = 0;
+    for (const char* s = R"({"type":"summary","t_ns":)"; *s; ++s) line[len++] = *s;
+    while (n > 0) line[len++] = digits[--n];
+    for (const char* s = R"(,"ended_by":")"; *s; ++s) line[len++] = *s;
+    for (const char* s = name; *s; ++s) line[len++] = *s;
+    for (const char* s = R"("})"; *s; ++s) line[len++] = *s;
+    log_->WriteDirect(absl::string_view(line, len));
+  }
+  g_shim.store(nullptr, std::memory_order_release);
+  sigaction(sig, &g_old_action[sig], nullptr);
+  raise(sig);
+}
+
+void Shim::InForkChild() {
+  // The child has one thread and none of ours: forget the pool without a
+  // driver call or a lock, leave the parent's log alone, pass everything through.
+  if (pool_) pool_->AbandonAfterFork();
+  g_pool.store(nullptr, std::memory_order_relaxed);
+  g_shim.store(nullptr, std::memory_order_relaxed);
+}
+
+}  // namespace lazypin

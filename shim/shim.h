@@ -1,0 +1,107 @@
+// shim: the one object that wires config, log, stats and pool, and owns the
+// process lifecycle (first call, exit, fork, SIGTERM/SIGINT). Hooks are thin:
+// each calls one entry point here. Nothing is set up before the program's
+// first registration call; a program that never calls CUDA pays nothing.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/functional/function_ref.h"
+#include "config.h"
+#include "pool.h"
+#include "stats.h"
+
+#define LAZYPIN_EXPORT extern "C" __attribute__((visibility("default")))
+#define LAZYPIN_TLS __attribute__((tls_model("initial-exec")))
+
+namespace lazypin {
+
+class Log;
+class Collector;
+
+// How the program reached a hook.
+enum class Via { kSymbol, kDlsym, kGetProc };
+const char* ViaName(Via via);
+
+// Per-thread state. `inside` > 0 while this thread runs lazypin's own code
+// (or a real function called from it): hooks entered then pass straight
+// through, so the pool's lock is never taken twice and nothing recurses.
+struct ThreadState {
+  int inside = 0;
+  int runtime_depth = 0;  // inside a runtime hook: the driver hook below it records nothing
+  Action action = Action::kForward;
+  int evicted = 0;
+};
+extern thread_local ThreadState t_state LAZYPIN_TLS;
+
+class ScopedInsideLazypin {
+ public:
+  ScopedInsideLazypin() { ++t_state.inside; }
+  ~ScopedInsideLazypin() { --t_state.inside; }
+  ScopedInsideLazypin(const ScopedInsideLazypin&) = delete;
+  ScopedInsideLazypin& operator=(const ScopedInsideLazypin&) = delete;
+};
+
+class Shim {
+ public:
+  // The instance, set up on first use; null in a fork's child after setup,
+  // when LAZYPIN_MODE=off, or after exit: then hooks pass through.
+  static Shim* Active();
+  // The instance if already set up, without setting it up (queries, teardown).
+  static Shim* IfActive();
+  // The pool when deferring (memory hooks only need this); else null.
+  static Pool* ActivePool();
+
+  // cudaHostRegister / cudaHostUnregister: time and record the call; the pool
+  // acts in the driver hook the runtime calls beneath it.
+  int RuntimeCall(Api api, Via via, void* ptr, size_t bytes, unsigned flags,
+                  absl::FunctionRef<int()> real);
+  // cuMemHostRegister(_v2) / cuMemHostUnregister, from the program or from cudart.
+  int DriverRegister(Api api, Via via, void* ptr, size_t bytes, unsigned flags,
+                     absl::FunctionRef<int()> real);
+  int DriverUnregister(Api api, Via via, void* ptr, absl::FunctionRef<int()> real);
+
+  // Context teardown and pointer queries (driver level).
+  void BeforeContextDestroy(void* ctx);
+  void BeforePrimaryContextReset(int device, bool forget_in_use);
+  void BeforeQuery(uintptr_t ptr);
+
+  // Memory [lo, hi) is about to leave the process.
+  static void MemoryLeaving(uintptr_t lo, uintptr_t hi, EvictReason reason);
+
+  // Exit, fork and signal handling (public for the C callbacks).
+  void AtExit(const char* ended_by);
+  void OnSignal(int sig);
+  void InForkChild();
+
+  // Log records (also used by the pool observer).
+  void RecordEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result, int64_t latency_ns);
+  void Warn(const std::string& message);
+
+ private:
+  Shim();
+  void Init();
+  bool SelfTestMemoryHooks(std::string* why);
+  void InstallExitHandlersOnce();
+  void WriteHeader();
+  int64_t Now() const;
+  void Record(Api api, Via via, void* ptr, size_t bytes, unsigned flags, int result,
+              int64_t latency_ns, Action action, int evicted);
+  Outcome PoolRegister(void* ptr, size_t bytes, unsigned flags, absl::FunctionRef<int()> real);
+
+  Config config_;
+  std::vector<std::string> config_errors_;
+  int64_t start_mono_ns_ = 0;
+  int64_t start_unix_ns_ = 0;
+  std::unique_ptr<Log> log_;
+  Stats stats_;
+  std::unique_ptr<PoolDriver> pool_driver_;
+  std::unique_ptr<PoolObserver> pool_observer_;
+  std::unique_ptr<Pool> pool_;
+  std::unique_ptr<Collector> collector_;
+};
+
+}  // namespace lazypin

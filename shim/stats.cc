@@ -1,0 +1,202 @@
+// stats: histograms, counters and the summary (see stats.h).
+#include "stats.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace lazypin {
+
+const char* ApiName(Api api) {
+  switch (api) {
+    case Api::kCudaHostRegister: return "cudaHostRegister";
+    case Api::kCudaHostUnregister: return "cudaHostUnregister";
+    case Api::kCuMemHostRegister: return "cuMemHostRegister";
+    case Api::kCuMemHostRegisterV2: return "cuMemHostRegister_v2";
+    case Api::kCuMemHostUnregister: return "cuMemHostUnregister";
+    case Api::kCount: break;
+  }
+  return "?";
+}
+
+bool IsRegister(Api api) {
+  return api == Api::kCudaHostRegister || api == Api::kCuMemHostRegister ||
+         api == Api::kCuMemHostRegisterV2;
+}
+
+int LatencyHistogram::Index(uint64_t v) {
+  if (v < (uint64_t{1} << kSubBits)) return static_cast<int>(v);
+  const int msb = 63 - __builtin_clzll(v);
+  const int shift = msb - kSubBits;
+  const int sub = static_cast<int>((v >> shift) & ((1u << kSubBits) - 1));
+  return ((shift + 1) << kSubBits) + sub;
+}
+
+uint64_t LatencyHistogram::Midpoint(int index) {
+  if (index < (1 << kSubBits)) return static_cast<uint64_t>(index);
+  const int shift = (index >> kSubBits) - 1;
+  const uint64_t sub = static_cast<uint64_t>(index & ((1 << kSubBits) - 1));
+  const uint64_t lo = ((uint64_t{1} << kSubBits) | sub) << shift;
+  return lo + ((uint64_t{1} << shift) >> 1);
+}
+
+void LatencyHistogram::Add(int64_t ns) {
+  const uint64_t v = ns < 0 ? 0 : static_cast<uint64_t>(ns);
+  const int i = std::min(Index(v), kBuckets - 1);
+  buckets_[i] += 1;
+  count_ += 1;
+  max_ = std::max<int64_t>(max_, static_cast<int64_t>(v));
+}
+
+int64_t LatencyHistogram::Percentile(double q) const {
+  if (count_ == 0) return 0;
+  const uint64_t rank = std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(q * count_)));
+  uint64_t seen = 0;
+  for (int i = 0; i < kBuckets; ++i) {
+    seen += buckets_[i];
+    if (seen >= rank) return std::min<int64_t>(static_cast<int64_t>(Midpoint(i)), max_);
+  }
+  return max_;
+}
+
+void CallStats::Add(size_t n, int result, int64_t latency_ns) {
+  calls += 1;
+  errors += result != 0 ? 1 : 0;
+  bytes += n;
+  total_ns += latency_ns;
+  latency.Add(latency_ns);
+}
+
+int SizeClass(size_t bytes) {
+  size_t limit = 4096;
+  for (int c = 0; c < kSizeClasses - 1; ++c, limit *= 4) {
+    if (bytes <= limit) return c;
+  }
+  return kSizeClasses - 1;
+}
+
+const char* SizeClassName(int size_class) {
+  static constexpr const char* kNames[kSizeClasses] = {"4K",  "16K",  "64K", "256K", "1M", "4M",
+                                                       "16M", "64M", "256M", "1G",  "4G", "big"};
+  return kNames[size_class];
+}
+
+void Stats::RecordCall(Api api, size_t bytes, int result, int64_t latency_ns, Action action) {
+  absl::MutexLock lock(&mu_);
+  by_api_[static_cast<int>(api)].Add(bytes, result, latency_ns);
+  if (IsRegister(api)) {
+    const int c = SizeClass(bytes);
+    by_size_[c].Add(bytes, result, latency_ns);
+    if (action == Action::kHit) hits_by_size_[c] += 1;
+    if (result == 0 && (action == Action::kMiss || action == Action::kForward)) {
+      real_register_by_size_[c].Add(bytes, result, latency_ns);
+    }
+  } else {
+    if (action == Action::kDeferred) deferred_ += 1;
+    if (result == 0 && action == Action::kForward) real_unregister_.Add(0, result, latency_ns);
+  }
+}
+
+void Stats::RecordEvict(int64_t latency_ns) {
+  absl::MutexLock lock(&mu_);
+  evict_total_ns_ += latency_ns;
+  real_unregister_.Add(0, 0, latency_ns);
+}
+
+void Stats::RecordDropped() {
+  absl::MutexLock lock(&mu_);
+  dropped_ += 1;
+}
+
+// What the pool saved: each hit avoided a register of its size class (at the
+// mean measured cost of real ones), each deferral avoided an unregister (at
+// the mean measured cost); the evictions lazypin made are paid back.
+int64_t Stats::SavedEstimateNs(const PoolCounters&) const {
+  double saved = 0;
+  for (int c = 0; c < kSizeClasses; ++c) {
+    const CallStats& real = real_register_by_size_[c];
+    if (real.calls > 0) saved += hits_by_size_[c] * (double(real.total_ns) / real.calls);
+  }
+  if (real_unregister_.calls > 0) {
+    saved += deferred_ * (double(real_unregister_.total_ns) / real_unregister_.calls);
+  }
+  saved -= static_cast<double>(evict_total_ns_);
+  return static_cast<int64_t>(saved);
+}
+
+namespace {
+
+std::string CallStatsJson(const CallStats& s) {
+  return absl::StrFormat(
+      R"({"calls":%d,"errors":%d,"bytes":%d,"total_ns":%d,"p50_ns":%d,"p90_ns":%d,"p99_ns":%d,"max_ns":%d})",
+      s.calls, s.errors, s.bytes, s.total_ns, s.latency.Percentile(0.5),
+      s.latency.Percentile(0.9), s.latency.Percentile(0.99), s.latency.max());
+}
+
+std::string Human(int64_t ns) {
+  if (ns < 10'000) return absl::StrFormat("%d ns", ns);
+  if (ns < 10'000'000) return absl::StrFormat("%.1f us", ns / 1e3);
+  if (ns < 10'000'000'000) return absl::StrFormat("%.1f ms", ns / 1e6);
+  return absl::StrFormat("%.1f s", ns / 1e9);
+}
+
+}  // namespace
+
+std::string Stats::SummaryJson(const PoolCounters& pool, int64_t t_ns, const char* ended_by) const {
+  absl::MutexLock lock(&mu_);
+  std::string apis, sizes, evictions;
+  for (int a = 0; a < static_cast<int>(Api::kCount); ++a) {
+    if (by_api_[a].calls == 0) continue;
+    absl::StrAppend(&apis, apis.empty() ? "" : ",", "\"", ApiName(static_cast<Api>(a)), "\":",
+                    CallStatsJson(by_api_[a]));
+  }
+  for (int c = 0; c < kSizeClasses; ++c) {
+    if (by_size_[c].calls == 0) continue;
+    absl::StrAppend(&sizes, sizes.empty() ? "" : ",", "\"", SizeClassName(c), "\":",
+                    CallStatsJson(by_size_[c]));
+  }
+  for (int r = 0; r < static_cast<int>(EvictReason::kCount); ++r) {
+    if (pool.evictions[r] == 0) continue;
+    absl::StrAppend(&evictions, evictions.empty() ? "" : ",", "\"",
+                    EvictReasonName(static_cast<EvictReason>(r)), "\":", pool.evictions[r]);
+  }
+  return absl::StrFormat(
+      R"({"type":"summary","t_ns":%d,"ended_by":"%s","apis":{%s},"size_classes":{%s},)"
+      R"("pool":{"hits":%d,"misses":%d,"deferred":%d,"evictions":{%s},"peak_bytes":%d,)"
+      R"("peak_entries":%d,"pooled_bytes":%d,"pooled_entries":%d,"saved_ns_est":%d},)"
+      R"("records_dropped":%d})",
+      t_ns, ended_by, apis, sizes, pool.hits, pool.misses, pool.deferred, evictions,
+      pool.peak_bytes, pool.peak_entries, pool.pooled_bytes, pool.pooled_entries,
+      SavedEstimateNs(pool), dropped_);
+}
+
+std::string Stats::SummaryText(const PoolCounters& pool, bool defer) const {
+  absl::MutexLock lock(&mu_);
+  std::string out = absl::StrFormat("lazypin: %-22s %8s %6s %10s %10s %10s\n", "api", "calls",
+                                    "errors", "total", "p50", "p99");
+  for (int a = 0; a < static_cast<int>(Api::kCount); ++a) {
+    const CallStats& s = by_api_[a];
+    if (s.calls == 0) continue;
+    absl::StrAppend(&out, absl::StrFormat("lazypin: %-22s %8d %6d %10s %10s %10s\n",
+                                          ApiName(static_cast<Api>(a)), s.calls, s.errors,
+                                          Human(s.total_ns), Human(s.latency.Percentile(0.5)),
+                                          Human(s.latency.Percentile(0.99))));
+  }
+  if (defer) {
+    uint64_t evicted = 0;
+    for (uint64_t n : pool.evictions) evicted += n;
+    const uint64_t registers = pool.hits + pool.misses;
+    absl::StrAppend(
+        &out, absl::StrFormat("lazypin: pool: %d hits / %d registers (%.0f%%), %d deferred, %d "
+                              "evicted, peak %d entries / %d bytes, saved ~%s\n",
+                              pool.hits, registers,
+                              registers ? 100.0 * pool.hits / registers : 0.0, pool.deferred,
+                              evicted, pool.peak_entries, pool.peak_bytes,
+                              Human(SavedEstimateNs(pool))));
+  }
+  return out;
+}
+
+}  // namespace lazypin
