@@ -95,12 +95,12 @@ void Pool::UnmarkDeferred(Entry& e) {
   counters_.pooled_entries -= 1;
 }
 
-void Pool::Erase(Map::iterator it) {
+Pool::Map::iterator Pool::Erase(Map::iterator it) {
   if (it->second.state != State::kInUse) {
     filter_.Remove(it->second.base, End(it->second.base, it->second.bytes));
     holding_.fetch_sub(1, std::memory_order_relaxed);
   }
-  entries_.erase(it);
+  return entries_.erase(it);  // a btree erase invalidates every other iterator
 }
 
 void Pool::TakeVictim(Entry& e, EvictReason reason, std::vector<Victim>* victims) {
@@ -213,9 +213,7 @@ Outcome Pool::Register(const RegisterRequest& req, absl::FunctionRef<int()> forw
   for (auto it = FirstOverlap(lo); it != entries_.end() && it->first < hi;) {
     if (it->second.state == State::kEvicting) { ++it; continue; }
     if (it->second.state == State::kDeferred) UnmarkDeferred(it->second);
-    auto next = std::next(it);
-    Erase(it);
-    it = next;
+    it = Erase(it);
   }
   entries_.emplace(req.ptr, std::move(entry));
   return out;
@@ -283,12 +281,14 @@ int Pool::DropContext(Context ctx) {
     absl::MutexLock lock(&mu_);
     for (auto it = entries_.begin(); it != entries_.end();) {
       Entry& e = it->second;
-      auto next = std::next(it);
-      if (e.ctx == ctx) {
-        if (e.state == State::kDeferred) TakeVictim(e, EvictReason::kContext, &victims);
-        else if (e.state == State::kInUse) Erase(it);
+      if (e.ctx == ctx && e.state == State::kInUse) {
+        it = Erase(it);
+        continue;
       }
-      it = next;
+      if (e.ctx == ctx && e.state == State::kDeferred) {
+        TakeVictim(e, EvictReason::kContext, &victims);
+      }
+      ++it;
     }
   }
   return Evict(victims);
@@ -301,12 +301,14 @@ int Pool::DropDevice(int device, bool forget_in_use) {
     absl::MutexLock lock(&mu_);
     for (auto it = entries_.begin(); it != entries_.end();) {
       Entry& e = it->second;
-      auto next = std::next(it);
-      if (e.device == device) {
-        if (e.state == State::kDeferred) TakeVictim(e, EvictReason::kContext, &victims);
-        else if (e.state == State::kInUse && forget_in_use) Erase(it);
+      if (e.device == device && e.state == State::kInUse && forget_in_use) {
+        it = Erase(it);
+        continue;
       }
-      it = next;
+      if (e.device == device && e.state == State::kDeferred) {
+        TakeVictim(e, EvictReason::kContext, &victims);
+      }
+      ++it;
     }
   }
   return Evict(victims);

@@ -158,7 +158,7 @@ class Pool {
   void AwaitQuiet(uintptr_t lo, uintptr_t hi) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkDeferred(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnmarkDeferred(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Erase(Map::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Map::iterator Erase(Map::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TakeVictim(Entry& e, EvictReason reason, std::vector<Victim>* victims)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TakeOverBounds(std::vector<Victim>* victims) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

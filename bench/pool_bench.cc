@@ -1,0 +1,84 @@
+// Micro-benchmarks of the pool's fast paths (shim/pool.h), against a driver
+// that returns at once, so they measure lazypin's own cost:
+//  - BM_HitCycle/N: a register served from the pool plus the unregister that
+//    defers it again, with N other entries pooled;
+//  - BM_MaybeHolds/N: the lock-free check every memory hook makes, for a range
+//    that no pooled entry overlaps;
+//  - BM_InvalidateMiss/N: Invalidate of a range that holds nothing (the
+//    locked path a hook takes when the filter says "maybe").
+#include <benchmark/benchmark.h>
+
+#include "pool.h"
+
+namespace lazypin {
+namespace {
+
+class InstantDriver final : public PoolDriver {
+ public:
+  int Unregister(uintptr_t, Context) override { return 0; }
+  bool ReadFrames(uintptr_t, size_t, std::vector<uint64_t>*) override { return false; }
+  int64_t NowNs() override { return ++now_; }
+
+ private:
+  int64_t now_ = 0;
+};
+
+constexpr uintptr_t kBase = uintptr_t{1} << 40;
+constexpr size_t kBytes = 64 << 10;
+const Context kCtx = reinterpret_cast<Context>(0x1);
+
+// A pool with `n` deferred 64 KiB entries spread 1 MiB apart.
+std::unique_ptr<Pool> MakePool(InstantDriver* driver, int64_t n) {
+  PoolLimits limits;
+  limits.max_entries = 1 << 20;
+  limits.max_bytes = uint64_t{1} << 50;
+  auto pool = std::make_unique<Pool>(driver, nullptr, limits);
+  for (int64_t i = 0; i < n; ++i) {
+    RegisterRequest req{kBase + static_cast<uintptr_t>(i) * (1 << 20), kBytes, 0, kCtx, 0};
+    pool->Register(req, [] { return 0; });
+    pool->Unregister(req.ptr, [] { return 0; });
+  }
+  return pool;
+}
+
+void BM_HitCycle(benchmark::State& state) {
+  InstantDriver driver;
+  auto pool = MakePool(&driver, state.range(0));
+  const RegisterRequest req{kBase - (uintptr_t{1} << 30), kBytes, 0, kCtx, 0};
+  pool->Register(req, [] { return 0; });
+  pool->Unregister(req.ptr, [] { return 0; });
+  for (auto _ : state) {
+    const Outcome hit = pool->Register(req, [] { return 0; });
+    const Outcome deferred = pool->Unregister(req.ptr, [] { return 0; });
+    benchmark::DoNotOptimize(hit);
+    benchmark::DoNotOptimize(deferred);
+  }
+  if (pool->Counters().hits != static_cast<uint64_t>(state.iterations())) {
+    state.SkipWithError("the cycle did not hit");
+  }
+}
+BENCHMARK(BM_HitCycle)->Arg(0)->Arg(1000)->Arg(10000);
+
+void BM_MaybeHolds(benchmark::State& state) {
+  InstantDriver driver;
+  auto pool = MakePool(&driver, state.range(0));
+  const uintptr_t lo = uintptr_t{1} << 45;  // far from every entry
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(pool->MaybeHolds(lo, lo + 64));
+  }
+}
+BENCHMARK(BM_MaybeHolds)->Arg(0)->Arg(10000);
+
+void BM_InvalidateMiss(benchmark::State& state) {
+  InstantDriver driver;
+  auto pool = MakePool(&driver, state.range(0));
+  // Between two pooled entries, in the same 2 MiB granule as one of them.
+  const uintptr_t lo = kBase + (state.range(0) / 2) * (1 << 20) + kBytes + 4096;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(pool->Invalidate(lo, lo + 4096, EvictReason::kFree));
+  }
+}
+BENCHMARK(BM_InvalidateMiss)->Arg(0)->Arg(10000);
+
+}  // namespace
+}  // namespace lazypin

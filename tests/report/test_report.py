@@ -1,0 +1,715 @@
+"""Tests of the user-facing tools: scripts/lazypin (run, report) and
+scripts/lazypin_report.py, on the hand-written logs in fixtures/.
+
+Run:  python3 -m unittest discover -s tests/report -v
+      (ctest runs the same; LAZYPIN_SCRIPTS_DIR names the scripts directory,
+      by default ../../scripts from this file.)
+Standard library only; the real-plot test runs only where matplotlib is.
+"""
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIX = os.path.join(HERE, "fixtures")
+SCRIPTS = os.path.abspath(os.environ.get("LAZYPIN_SCRIPTS_DIR") or os.path.join(HERE, "..", "..", "scripts"))
+REPORT = os.path.join(SCRIPTS, "lazypin_report.py")
+LAZYPIN = os.path.join(SCRIPTS, "lazypin")
+PY = sys.executable or "python3"
+
+M4 = 4 << 20
+
+
+def fx(name):
+    return os.path.join(FIX, name)
+
+
+def clean_env(**extra):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("LAZYPIN_") and k != "LD_PRELOAD"}
+    env.update(extra)
+    return env
+
+
+def report(*args, env=None):
+    return subprocess.run([PY, REPORT] + list(args), capture_output=True, text=True,
+                          env=env or clean_env(), timeout=60)
+
+
+def lazypin(*args, env=None, cwd=None, script=LAZYPIN, timeout=60):
+    return subprocess.run([PY, script] + list(args), capture_output=True, text=True,
+                          env=env or clean_env(), cwd=cwd, timeout=timeout)
+
+
+def report_json(*args):
+    r = report("--json", *args)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def load_module():
+    spec = importlib.util.spec_from_file_location("lazypin_report_under_test", REPORT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def row(text, first):
+    """The whitespace-split cells of the table row starting with `first`."""
+    for line in text.splitlines():
+        cells = line.split()
+        if cells and cells[0] == first:
+            return cells
+    raise AssertionError("no row %r in:\n%s" % (first, text))
+
+
+# --------------------------------------------------------------------------
+
+class Helpers(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.m = load_module()
+
+    def test_percentile_nearest_rank(self):
+        p = self.m.percentile
+        v = list(range(1, 11))
+        self.assertEqual(p(v, 50), 5)
+        self.assertEqual(p(v, 90), 9)
+        self.assertEqual(p(v, 99), 10)
+        self.assertEqual(p([7], 50), 7)
+        self.assertIsNone(p([], 50))
+
+    def test_size_classes(self):
+        sc = self.m.size_class
+        self.assertEqual(sc(0), "4K")
+        self.assertEqual(sc(4096), "4K")
+        self.assertEqual(sc(4097), "16K")
+        self.assertEqual(sc(M4), "4M")
+        self.assertEqual(sc(M4 + 1), "16M")
+        self.assertEqual(sc(4 << 30), "4G")
+        self.assertEqual(sc((4 << 30) + 1), "big")
+
+    def test_human_units(self):
+        self.assertEqual(self.m.fmt_ns(850), "850 ns")
+        self.assertEqual(self.m.fmt_ns(43200), "43.2 us")
+        self.assertEqual(self.m.fmt_ns(171000), "171 us")
+        self.assertEqual(self.m.fmt_ns(1900000), "1.90 ms")
+        self.assertEqual(self.m.fmt_ns(2310000000), "2.31 s")
+        self.assertEqual(self.m.fmt_bytes(512), "512 B")
+        self.assertEqual(self.m.fmt_bytes(M4), "4 MiB")
+        self.assertEqual(self.m.fmt_bytes(3 << 29), "1.5 GiB")
+        self.assertEqual(self.m.result_name(712), "host memory already registered")
+        self.assertEqual(self.m.result_name(713), "host memory not registered")
+        self.assertEqual(self.m.result_name(201), "invalid context")
+
+
+class TextReport(unittest.TestCase):
+    def test_log_mode(self):
+        r = report(fx("log_mode.jsonl"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = r.stdout
+        # header
+        self.assertIn("/opt/app/copyloop", out)
+        self.assertIn("./copyloop -n 5", out)
+        self.assertIn("4242", out)
+        self.assertRegex(out, r"mode\s+log")
+        self.assertIn("13.0 (13000)", out)
+        self.assertIn("2025-12-01 01:36:40.000 UTC", out)
+        self.assertIn("pool_bytes=8 GiB", out)
+        # per API: calls errors bytes total p50 p90 p99 max
+        reg = row(out, "cudaHostRegister")
+        self.assertEqual(reg[1:3], ["9", "1"])
+        self.assertEqual(" ".join(reg[-8:]), "172 us 400 us 400 us 400 us")  # p50 = 171.5 us
+        unreg = row(out, "cudaHostUnregister")
+        self.assertEqual(unreg[1:3], ["9", "1"])
+        self.assertEqual(" ".join(unreg[-8:]), "87.0 us 2.14 ms 2.14 ms 2.14 ms")
+        self.assertEqual(row(out, "all")[1:3], ["18", "2"])
+        # size classes
+        self.assertIn("<= 64K", out)
+        self.assertIn("<= 4M", out)
+        self.assertIn("128 KiB", out)
+        # errors
+        self.assertRegex(out, r"712\s+host memory already registered\s+1")
+        self.assertRegex(out, r"713\s+host memory not registered\s+1")
+        self.assertIn("pool: not used (mode log)", out)
+        # slowest: the 2.14 ms unregister first
+        slow = out.split("== slowest 10")[1].splitlines()
+        self.assertIn("cudaHostUnregister", slow[2])
+        self.assertIn("2.14 ms", slow[2])
+
+    def test_defer_mode_pool(self):
+        r = report(fx("defer_mode.jsonl"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = r.stdout
+        self.assertIn("pool: 18 hits / 20 registers (90%), saved ~4.60 ms", out)
+        self.assertIn("deferred unregisters 20", out)
+        self.assertIn("peak pooled 4 MiB in 1 entry", out)
+        self.assertRegex(out, r"free\s+1\s+0\s+4 MiB\s+88.0 us")
+        self.assertRegex(out, r"exit\s+1\s+0\s+4 MiB\s+86.0 us")
+        self.assertIn("LAZYPIN_POOL_ENTRIES=lots: not a number; using 65536", out)
+        self.assertRegex(out, r"release_at_exit=yes")
+
+    def test_multi_process_directory(self):
+        r = report(fx("multi"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = r.stdout
+        self.assertIn("== run (2 processes)", out)
+        self.assertIn("7001", out)
+        self.assertIn("7002", out)
+        self.assertIn("python3 train.py --rank 1", out)
+        self.assertIn("SIGTERM", out)
+        self.assertEqual(row(out, "cuMemHostRegister_v2")[1], "6")
+        self.assertIn("pool: 4 hits / 6 registers (67%)", out)
+        # rank 1 was killed: its summary (written from the signal handler) has no pool figures
+        self.assertIn("peak pooled 1 MiB in 1 entry (sum over the 1 of 2 processes with a full summary)", out)
+        self.assertRegex(out, r"idle\s+2")
+
+    def test_glob_and_several_files(self):
+        a = report(os.path.join(FIX, "multi", "*.jsonl"))
+        b = report(fx("multi/lazypin-python3-7001.jsonl"), fx("multi/lazypin-python3-7002.jsonl"))
+        self.assertEqual(a.returncode, 0, a.stderr)
+        self.assertEqual(a.stdout, b.stdout)
+
+    def test_top(self):
+        out = report("--top", "3", fx("log_mode.jsonl")).stdout
+        self.assertIn("== slowest 3", out)
+        sect = out.split("== slowest 3")[1].split("\n\n")[0].strip().splitlines()
+        self.assertEqual(len(sect), 1 + 3)
+        out = report("--top", "0", fx("log_mode.jsonl")).stdout
+        self.assertNotIn("== slowest", out)
+        self.assertEqual(report("--top", "-1", fx("log_mode.jsonl")).returncode, 2)
+
+    def test_lazypin_report_dispatch(self):
+        a = lazypin("report", fx("defer_mode.jsonl"))
+        b = report(fx("defer_mode.jsonl"))
+        self.assertEqual(a.returncode, 0, a.stderr)
+        self.assertEqual(a.stdout, b.stdout)
+
+    def test_help(self):
+        r = report("--help")
+        self.assertEqual(r.returncode, 0)
+        for opt in ("--compare", "--plot", "--json", "--top"):
+            self.assertIn(opt, r.stdout)
+        self.assertEqual(report().returncode, 2)
+
+
+class JsonReport(unittest.TestCase):
+    def test_keys_and_values(self):
+        d = report_json(fx("log_mode.jsonl"))
+        self.assertEqual(d["lazypin_report"], 1)
+        self.assertEqual(list(d), ["lazypin_report", "files", "processes", "totals", "apis",
+                                   "size_classes", "pool", "slowest", "errors", "warnings"])
+        reg = d["apis"]["cudaHostRegister"]
+        self.assertEqual(sorted(reg), sorted(["calls", "errors", "bytes", "total_ns",
+                                              "p50_ns", "p90_ns", "p99_ns", "max_ns"]))
+        self.assertEqual(reg["calls"], 9)
+        self.assertEqual(reg["errors"], 1)
+        self.assertEqual(reg["bytes"], 7 * M4 + 2 * (64 << 10))
+        self.assertEqual(reg["total_ns"], 1350500)
+        self.assertEqual(reg["p50_ns"], 171500)
+        self.assertEqual(reg["p90_ns"], 400000)
+        self.assertEqual(reg["max_ns"], 400000)
+        un = d["apis"]["cudaHostUnregister"]
+        self.assertEqual((un["calls"], un["p50_ns"], un["max_ns"], un["bytes"]), (9, 87000, 2139736, 0))
+        self.assertEqual(list(d["size_classes"]), ["64K", "4M"])
+        self.assertEqual(d["size_classes"]["64K"]["p50_ns"], 37000)
+        self.assertEqual(d["size_classes"]["4M"]["calls"], 7)
+        self.assertEqual(d["totals"]["calls"], 18)
+        self.assertEqual(d["totals"]["total_ns"], 1350500 + 2646736)
+        self.assertEqual([(e["code"], e["name"], e["count"]) for e in d["errors"]],
+                         [(712, "host memory already registered", 1),
+                          (713, "host memory not registered", 1)])
+        p = d["processes"][0]
+        self.assertEqual((p["pid"], p["exe"], p["mode"], p["driver_version"]),
+                         (4242, "/opt/app/copyloop", "log", 13000))
+        self.assertEqual(p["argv"], ["./copyloop", "-n", "5"])
+        self.assertEqual(p["start_time"], "2025-12-01T01:36:40.000000Z")
+        self.assertEqual(p["ended_by"], "exit")
+        self.assertFalse(d["pool"]["active"])
+        self.assertIsNone(d["pool"]["hit_rate"])
+        self.assertEqual(len(d["slowest"]), 10)
+        self.assertEqual(d["slowest"][0]["latency_ns"], 2139736)
+        self.assertEqual(sorted(d["slowest"][0]), sorted(["pid", "t_ns", "tid", "record", "api", "ptr",
+                                                          "bytes", "result", "action", "latency_ns"]))
+        self.assertEqual(d["warnings"], [])
+
+    def test_pool(self):
+        pool = report_json(fx("defer_mode.jsonl"))["pool"]
+        self.assertEqual((pool["hits"], pool["misses"], pool["deferred"]), (18, 2, 20))
+        self.assertAlmostEqual(pool["hit_rate"], 0.9)
+        self.assertEqual(list(pool["evictions"]), ["free", "exit"])
+        self.assertEqual(pool["evictions"]["free"]["p50_ns"], 88000)
+        self.assertEqual(pool["evictions_total"], 2)
+        self.assertEqual(pool["summary_evictions"], {"free": 1, "exit": 1})
+        self.assertEqual(pool["peak_bytes"], M4)
+        self.assertEqual(pool["peak_entries"], 1)
+        self.assertEqual(pool["saved_ns_est"], 4600000)
+        self.assertEqual(pool["saved_ns_source"], "summary")
+        # 18 hits x (171 us - 1 us) + 20 deferred x (86 us - 0.5 us) - 174 us of evictions
+        self.assertEqual(pool["saved_ns_records"], 18 * 170000 + 20 * 85500 - 174000)
+
+    def test_multi(self):
+        d = report_json(fx("multi"))
+        self.assertEqual([p["pid"] for p in d["processes"]], [7001, 7002])
+        self.assertEqual(d["apis"]["cuMemHostRegister_v2"]["calls"], 6)
+        self.assertEqual(d["pool"]["peak_bytes"], 1 << 20)
+        self.assertEqual(d["pool"]["pool_summaries"], 1)
+        self.assertEqual(d["processes"][1]["ended_by"], "SIGTERM")
+        # not every process has the shim's estimate: recomputed from the records
+        self.assertEqual(d["pool"]["saved_ns_source"], "records")
+        self.assertEqual(d["pool"]["saved_ns_est"], 2 * (104100 + 103900) + 6 * 47700 - 96000)
+
+    def test_no_summary_recomputes_saved(self):
+        d = report_json(fx("truncated.jsonl"))
+        self.assertEqual(d["pool"]["saved_ns_source"], "records")
+        self.assertIsNone(d["pool"]["peak_bytes"])
+
+
+class Compare(unittest.TestCase):
+    def test_json_ratios(self):
+        d = report_json(fx("log_mode.jsonl"), "--compare", fx("defer_mode.jsonl"))
+        self.assertEqual(list(d), ["lazypin_report", "baseline", "other", "comparison"])
+        c = d["comparison"]
+        reg = c["apis"]["cudaHostRegister"]
+        self.assertEqual(reg["baseline"]["p50_ns"], 171500)
+        self.assertEqual(reg["other"]["p50_ns"], 1000)
+        self.assertAlmostEqual(reg["ratio"]["p50"], 171.5)
+        self.assertAlmostEqual(reg["ratio"]["total"], 1350500 / 364000)
+        self.assertAlmostEqual(c["apis"]["cudaHostUnregister"]["ratio"]["p99"], 2139736 / 500)
+        self.assertEqual(c["total_ns"]["baseline"], 3997236)
+        self.assertEqual(c["total_ns"]["other"], 374000)
+        self.assertAlmostEqual(c["total_ns"]["ratio"], 3997236 / 374000)
+
+    def test_text(self):
+        r = report(fx("log_mode.jsonl"), "--compare", fx("defer_mode.jsonl"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = r.stdout
+        self.assertIn("pool: 18 hits / 20 registers (90%)", out)
+        reg = row(out, "cudaHostRegister")
+        self.assertEqual(reg[1:3], ["9", "20"])
+        self.assertIn("172x", reg)   # p50 ratio 171.5
+        self.assertIn("time in registration calls: baseline 4.00 ms, other 374 us, ratio 10.7x", out)
+
+    def test_api_missing_on_one_side(self):
+        d = report_json(fx("log_mode.jsonl"), "--compare", fx("multi"))
+        c = d["comparison"]["apis"]
+        self.assertEqual(c["cuMemHostRegister_v2"]["baseline"]["calls"], 0)
+        self.assertIsNone(c["cuMemHostRegister_v2"]["ratio"]["p50"])
+        self.assertEqual(c["cudaHostRegister"]["other"]["calls"], 0)
+
+
+class Plot(unittest.TestCase):
+    HINT = ("lazypin report: --plot needs matplotlib (pip install matplotlib, "
+            "or apt-get install python3-matplotlib)")
+
+    def test_without_matplotlib(self):
+        with tempfile.TemporaryDirectory() as d:
+            png = os.path.join(d, "out.png")
+            r = report(fx("defer_mode.jsonl"), "--plot", png,
+                       env=clean_env(LAZYPIN_REPORT_NO_MATPLOTLIB="1"))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn(self.HINT, r.stderr)
+            self.assertIn("pool: 18 hits / 20 registers", r.stdout)
+            self.assertFalse(os.path.exists(png))
+
+    def test_without_matplotlib_in_process(self):
+        m = load_module()
+        saved = {k: sys.modules[k] for k in list(sys.modules) if k.split(".")[0] == "matplotlib"}
+        sys.modules["matplotlib"] = None    # makes `import matplotlib` fail
+        try:
+            logs = m.load([fx("log_mode.jsonl")])
+            self.assertEqual(m.plot([("baseline", logs)], "/nonexistent/x.png"), m.PLOT_HINT)
+        finally:
+            del sys.modules["matplotlib"]
+            sys.modules.update(saved)
+
+    @unittest.skipUnless(importlib.util.find_spec("matplotlib"), "matplotlib is not installed")
+    def test_with_matplotlib(self):
+        with tempfile.TemporaryDirectory() as d:
+            png = os.path.join(d, "out.png")
+            r = report(fx("log_mode.jsonl"), "--compare", fx("defer_mode.jsonl"), "--plot", png)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(png, "rb") as f:
+                self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+
+
+class BadInput(unittest.TestCase):
+    def test_missing_file(self):
+        r = report("/nonexistent/lp.jsonl")
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(r.stderr.strip(), "lazypin report: /nonexistent/lp.jsonl: no such file")
+        r = report(fx("log_mode.jsonl"), "--compare", "/nonexistent/other.jsonl")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("/nonexistent/other.jsonl: no such file", r.stderr)
+
+    def test_empty_file(self):
+        r = report(fx("empty.jsonl"))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("empty.jsonl: empty log", r.stderr)
+        self.assertTrue(r.stderr.startswith("lazypin report: "))
+
+    def test_empty_file_among_others_in_a_directory(self):
+        with tempfile.TemporaryDirectory() as d:
+            shutil.copy(fx("log_mode.jsonl"), d)
+            shutil.copy(fx("empty.jsonl"), d)
+            r = report(d)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("empty.jsonl: empty log, skipped", r.stdout)
+
+    def test_directory_without_logs(self):
+        with tempfile.TemporaryDirectory() as d:
+            r = report(d)
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("no *.jsonl", r.stderr)
+
+    def test_truncated(self):
+        path = fx("truncated.jsonl")
+        r = report(path)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        msg = ("log was cut: %s ends with an incomplete record (the process may have crashed)" % path)
+        self.assertIn(msg, r.stdout)
+        self.assertEqual(row(r.stdout, "cudaHostRegister")[1], "3")
+        d = report_json(path)
+        self.assertTrue(d["processes"][0]["cut"])
+        self.assertEqual(d["totals"]["calls"], 6)
+        self.assertIn(msg, [w["message"] for w in d["warnings"]])
+
+    def test_garbage_in_the_middle(self):
+        r = report(fx("garbage.jsonl"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("skipped 2 unreadable lines (first at line 4)", r.stdout)
+        d = report_json(fx("garbage.jsonl"))
+        self.assertEqual(d["apis"]["cudaHostRegister"]["calls"], 4)
+        self.assertEqual(d["apis"]["cudaHostRegister"]["p50_ns"], 200000)
+        self.assertFalse(d["processes"][0]["cut"])
+
+    def test_newer_format(self):
+        path = fx("newer_format.jsonl")
+        r = report(path)
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(r.stderr.strip(), "lazypin report: %s: log format 2 is newer than this "
+                                           "report tool understands (1)" % path)
+
+    def test_no_header(self):
+        r = report(fx("no_header.jsonl"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("no header record", r.stdout)
+        self.assertEqual(row(r.stdout, "cudaHostRegister")[1], "1")
+
+    def test_not_a_log(self):
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "x.jsonl")
+            with open(p, "w") as f:
+                f.write("hello\nworld\n")
+            r = report(p)
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("no lazypin records", r.stderr)
+
+    def test_unknown_record_types_and_fields_are_ignored(self):
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "x.jsonl")
+            with open(fx("log_mode.jsonl")) as f:
+                lines = f.read().splitlines()
+            lines.insert(2, json.dumps({"type": "future_thing", "x": 1}))
+            rec = json.loads(lines[1])
+            rec["new_field"] = {"a": 1}
+            lines[1] = json.dumps(rec)
+            with open(p, "w") as f:
+                f.write("\n".join(lines) + "\n")
+            self.assertEqual(report_json(p)["apis"]["cudaHostRegister"]["calls"], 9)
+
+
+# --------------------------------------------------------------------------
+# lazypin run
+
+def dry_env(*args, env=None, cwd=None):
+    """Run `lazypin run --dry-run ARGS`, return ({var: value}, command line)."""
+    r = lazypin("run", "--dry-run", *args, env=env, cwd=cwd)
+    if r.returncode != 0:
+        raise AssertionError("rc %d: %s" % (r.returncode, r.stderr))
+    lines = r.stdout.strip().splitlines()
+    out = {}
+    import shlex
+    for line in lines[:-1]:
+        k, v = line.split("=", 1)
+        out[k] = shlex.split(v)[0] if v else ""
+    return out, lines[-1]
+
+
+class RunOptions(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="lazypin-test-")
+        cls.lib = os.path.join(cls.tmp, "liblazypin.so")
+        with open(cls.lib, "w") as f:
+            f.write("not really a library\n")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_help(self):
+        r = lazypin("run", "--help")
+        self.assertEqual(r.returncode, 0)
+        for opt in ("--mode", "--defer", "--log", "--pool-bytes", "--pool-entries", "--idle-ms",
+                    "--check-pfn", "--release-at-exit", "--quiet", "--lib", "--dry-run",
+                    "LAZYPIN_MODE", "LAZYPIN_POOL_BYTES", "torchrun"):
+            self.assertIn(opt, r.stdout)
+        r = lazypin("--help")
+        self.assertEqual(r.returncode, 0)
+        self.assertIn("lazypin run", r.stdout)
+        self.assertIn("lazypin report", r.stdout)
+        self.assertEqual(lazypin().returncode, 2)
+        self.assertEqual(lazypin("frobnicate").returncode, 2)
+        self.assertEqual(lazypin("--version").stdout.strip(), "lazypin 0.1.0")
+
+    def test_every_option(self):
+        env, cmd = dry_env("--lib", self.lib, "--defer", "--log", "/tmp/lp-%p.jsonl",
+                           "--pool-bytes", "512M", "--pool-entries", "100", "--idle-ms", "250",
+                           "--check-pfn", "--release-at-exit", "--quiet", "--", "./app", "-n", "a b")
+        self.assertEqual(env, {
+            "LD_PRELOAD": self.lib,
+            "LAZYPIN_MODE": "defer",
+            "LAZYPIN_LOG": "/tmp/lp-%p.jsonl",
+            "LAZYPIN_POOL_BYTES": "512M",
+            "LAZYPIN_POOL_ENTRIES": "100",
+            "LAZYPIN_IDLE_MS": "250",
+            "LAZYPIN_CHECK_PFN": "1",
+            "LAZYPIN_RELEASE_AT_EXIT": "1",
+            "LAZYPIN_SUMMARY": "0",
+        })
+        self.assertEqual(cmd, "./app -n 'a b'")
+
+    def test_modes_and_sizes(self):
+        for args, mode in ((["--mode", "log"], "log"), (["--mode", "off"], "off"),
+                           (["--mode", "defer"], "defer"), (["--defer"], "defer")):
+            env, _ = dry_env("--lib", self.lib, *args, "--", "true")
+            self.assertEqual(env["LAZYPIN_MODE"], mode)
+        env, _ = dry_env("--lib", self.lib, "--", "true")
+        self.assertNotIn("LAZYPIN_MODE", env)
+        for size in ("8G", "25%", "100%", "1073741824", "64k", "8GB", "512MiB"):
+            env, _ = dry_env("--lib", self.lib, "--pool-bytes", size, "--", "true")
+            self.assertEqual(env["LAZYPIN_POOL_BYTES"], size)
+        for bad in (["--pool-bytes", "lots"], ["--pool-bytes", "1.5G"], ["--pool-bytes", "0%"],
+                    ["--pool-bytes", "101%"], ["--pool-bytes", "8X"], ["--pool-entries", "-1"],
+                    ["--idle-ms", "x"], ["--mode", "fast"], ["--defer", "--mode", "log"]):
+            r = lazypin("run", "--dry-run", "--lib", self.lib, *bad, "--", "true")
+            self.assertEqual(r.returncode, 2, bad)
+
+    def test_command_without_double_dash(self):
+        env, cmd = dry_env("--lib", self.lib, "--mode", "log", "prog", "--mode", "x")
+        self.assertEqual(cmd, "prog --mode x")
+        self.assertEqual(env["LAZYPIN_MODE"], "log")
+        r = lazypin("run", "--lib", self.lib)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("no command", r.stderr)
+
+    def test_default_log_path(self):
+        env, _ = dry_env("--lib", self.lib, "--", "/usr/bin/myapp", "x", cwd=self.tmp)
+        self.assertEqual(env["LAZYPIN_LOG"], os.path.join(os.path.realpath(self.tmp),
+                                                          "lazypin-myapp-%p.jsonl"))
+        # a relative --log is made absolute (children may chdir)
+        env, _ = dry_env("--lib", self.lib, "--log", "logs/lp-%p.jsonl", "--", "x", cwd=self.tmp)
+        self.assertEqual(env["LAZYPIN_LOG"], os.path.join(os.path.realpath(self.tmp), "logs/lp-%p.jsonl"))
+        # LAZYPIN_LOG from the environment is left alone
+        env, _ = dry_env("--lib", self.lib, "--", "x", env=clean_env(LAZYPIN_LOG="/tmp/mine-%p.jsonl"))
+        self.assertNotIn("LAZYPIN_LOG", env)
+
+    def test_log_pattern_expansion(self):
+        from importlib.machinery import SourceFileLoader
+        loader = SourceFileLoader("lazypin_cli_under_test", LAZYPIN)
+        spec = importlib.util.spec_from_loader(loader.name, loader)
+        m = importlib.util.module_from_spec(spec)
+        loader.exec_module(m)
+        self.assertEqual(m.expand_pattern("/l/lp-%p.jsonl", 42), "/l/lp-42.jsonl")
+        self.assertEqual(m.expand_pattern("/l/lp-%%-%p.jsonl", 42), "/l/lp-%-42.jsonl")
+        self.assertEqual(m.expand_pattern("/l/[x]-%p.jsonl"), "/l/[[]x]-*.jsonl")
+        d = tempfile.mkdtemp(dir=self.tmp)
+        for name in ("lp-%-1.jsonl", "lp-%-2.jsonl", "other-3.jsonl"):
+            open(os.path.join(d, name), "w").close()
+        found = m.find_logs(os.path.join(d, "lp-%%-%p.jsonl"), time.time() - 60, 2)
+        self.assertEqual([os.path.basename(f) for f in found], ["lp-%-2.jsonl", "lp-%-1.jsonl"])
+
+    def test_ld_preload_is_prepended(self):
+        env, _ = dry_env("--lib", self.lib, "--", "x",
+                         env=clean_env(LD_PRELOAD="/opt/a.so:/opt/b.so"))
+        self.assertEqual(env["LD_PRELOAD"], self.lib + ":/opt/a.so:/opt/b.so")
+        env, _ = dry_env("--lib", self.lib, "--", "x",
+                         env=clean_env(LD_PRELOAD="%s:/opt/a.so" % self.lib))
+        self.assertEqual(env["LD_PRELOAD"], self.lib + ":/opt/a.so")
+
+    def test_library_lookup(self):
+        # --lib that does not exist
+        r = lazypin("run", "--dry-run", "--lib", "/nonexistent/liblazypin.so", "--", "x")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("/nonexistent/liblazypin.so: no such file", r.stderr)
+        # LAZYPIN_LIB
+        env, _ = dry_env("--", "x", env=clean_env(LAZYPIN_LIB=self.lib))
+        self.assertEqual(env["LD_PRELOAD"], self.lib)
+        r = lazypin("run", "--dry-run", "--", "x", env=clean_env(LAZYPIN_LIB="/nonexistent/l.so"))
+        self.assertEqual(r.returncode, 2)
+        with tempfile.TemporaryDirectory() as prefix:
+            # installed: <prefix>/bin/lazypin, <prefix>/libexec/lazypin/lazypin_report.py
+            os.makedirs(os.path.join(prefix, "bin"))
+            os.makedirs(os.path.join(prefix, "libexec", "lazypin"))
+            script = os.path.join(prefix, "bin", "lazypin")
+            shutil.copy(LAZYPIN, script)
+            shutil.copy(REPORT, os.path.join(prefix, "libexec", "lazypin"))
+            r = lazypin("run", "--dry-run", "--", "x", script=script)
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("cannot find liblazypin.so", r.stderr)
+            for sub in ("lib/x86_64-linux-gnu", "lib"):
+                os.makedirs(os.path.join(prefix, sub), exist_ok=True)
+                shutil.copy(self.lib, os.path.join(prefix, sub))
+                r = lazypin("run", "--dry-run", "--", "x", script=script)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertIn("LD_PRELOAD=%s" % os.path.join(prefix, sub, "liblazypin.so"), r.stdout)
+            # the report is found in libexec
+            r = lazypin("report", "--json", fx("log_mode.jsonl"), script=script)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(json.loads(r.stdout)["totals"]["calls"], 18)
+        with tempfile.TemporaryDirectory() as repo:
+            # a source tree: <repo>/scripts/lazypin, <repo>/build-asan/shim/liblazypin.so
+            os.makedirs(os.path.join(repo, "scripts"))
+            os.makedirs(os.path.join(repo, "build-asan", "shim"))
+            script = os.path.join(repo, "scripts", "lazypin")
+            shutil.copy(LAZYPIN, script)
+            lib = os.path.join(repo, "build-asan", "shim", "liblazypin.so")
+            shutil.copy(self.lib, lib)
+            r = lazypin("run", "--dry-run", "--", "x", script=script)
+            self.assertIn("LD_PRELOAD=%s" % lib, r.stdout)
+            os.makedirs(os.path.join(repo, "build", "shim"))
+            lib = os.path.join(repo, "build", "shim", "liblazypin.so")
+            shutil.copy(self.lib, lib)
+            r = lazypin("run", "--dry-run", "--", "x", script=script)
+            self.assertIn("LD_PRELOAD=%s" % lib, r.stdout)
+
+
+class RunChild(unittest.TestCase):
+    """Runs real children with a harmless preloaded library: an empty shared
+    object built with cc, or (no compiler) a file the loader refuses and ignores."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="lazypin-test-")
+        cls.lib = os.path.join(cls.tmp, "liblazypin.so")
+        cc = shutil.which("cc") or shutil.which("gcc")
+        ok = False
+        if cc:
+            src = os.path.join(cls.tmp, "empty.c")
+            with open(src, "w") as f:
+                f.write("int lazypin_test_dummy;\n")
+            ok = subprocess.run([cc, "-shared", "-fPIC", "-o", cls.lib, src],
+                                capture_output=True).returncode == 0
+        if not ok:
+            with open(cls.lib, "w") as f:
+                f.write("not a library\n")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def setUp(self):
+        self.cwd = tempfile.mkdtemp(dir=self.tmp)
+
+    def run_child(self, *args, **kw):
+        return lazypin("run", "--lib", self.lib, *args, cwd=self.cwd, **kw)
+
+    def test_exit_code_passes_through(self):
+        r = self.run_child("--quiet", "--", "sh", "-c", "exit 7")
+        self.assertEqual(r.returncode, 7, r.stderr)
+        self.assertEqual(self.run_child("--quiet", "--", "true").returncode, 0)
+
+    def test_environment_reaches_the_child(self):
+        r = self.run_child("--quiet", "--defer", "--", "sh", "-c",
+                           'echo "$LD_PRELOAD|$LAZYPIN_MODE|$LAZYPIN_SUMMARY"',
+                           env=clean_env(LD_PRELOAD=""))
+        self.assertEqual(r.stdout.strip(), "%s|defer|0" % self.lib)
+
+    def test_killed_by_signal(self):
+        r = self.run_child("--quiet", "--", "sh", "-c", "kill -KILL $$")
+        self.assertEqual(r.returncode, 128 + signal.SIGKILL)
+        r = self.run_child("--quiet", "--", "sh", "-c", "kill -TERM $$")
+        self.assertEqual(r.returncode, 128 + signal.SIGTERM)
+
+    def test_command_not_found(self):
+        r = self.run_child("--quiet", "--", "/nonexistent/prog")
+        self.assertEqual(r.returncode, 127)
+        self.assertIn("command not found", r.stderr)
+
+    def forwarded(self, sig):
+        ready = os.path.join(self.cwd, "ready")
+        child = ("import os, signal, time\n"
+                 "signal.signal(signal.SIGINT, signal.SIG_DFL)\n"
+                 "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
+                 "open(%r, 'w').close()\n"
+                 "time.sleep(60)\n" % ready)
+        p = subprocess.Popen([PY, LAZYPIN, "run", "--quiet", "--lib", self.lib, "--", PY, "-c", child],
+                             cwd=self.cwd, env=clean_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.time() + 30
+            while not os.path.exists(ready) and time.time() < deadline:
+                time.sleep(0.05)
+            self.assertTrue(os.path.exists(ready), "the child did not start")
+            p.send_signal(sig)
+            p.communicate(timeout=30)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        return p.returncode
+
+    def test_sigterm_is_forwarded(self):
+        self.assertEqual(self.forwarded(signal.SIGTERM), 128 + signal.SIGTERM)
+
+    def test_sigint_is_forwarded(self):
+        self.assertEqual(self.forwarded(signal.SIGINT), 128 + signal.SIGINT)
+
+    WRITE_LOG = 'cp "$0" "$(printf %s "$LAZYPIN_LOG" | sed "s/%p/$$/")"'
+
+    def test_closing_summary(self):
+        # an old log matching the pattern, from an earlier run: not listed
+        old = os.path.join(self.cwd, "lazypin-sh-1.jsonl")
+        shutil.copy(fx("log_mode.jsonl"), old)
+        os.utime(old, (time.time() - 3600, time.time() - 3600))
+        r = self.run_child("--", "sh", "-c", self.WRITE_LOG, fx("defer_mode.jsonl"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        err = r.stderr
+        self.assertIn("lazypin: 1 log:", err)
+        self.assertRegex(err, re.escape(os.path.realpath(self.cwd)) + r"/lazypin-sh-\d+\.jsonl")
+        self.assertNotIn("lazypin-sh-1.jsonl", err)
+        self.assertRegex(err, r"cudaHostRegister\s+20\s+0\s+1.00 us\s+175 us")
+        self.assertIn("pool: 18 hits / 20 registers (90%), saved ~4.60 ms", err)
+        self.assertIn("lazypin: full report: lazypin report ", err)
+
+    def test_closing_summary_several_processes(self):
+        script = self.WRITE_LOG + '; sh -c \'cp "$0" "$(printf %s "$LAZYPIN_LOG" | sed "s/%p/$$/")"\' "$1"'
+        r = self.run_child("--log", "job-%p.jsonl", "--", "sh", "-c", script,
+                           fx("multi/lazypin-python3-7001.jsonl"), fx("multi/lazypin-python3-7002.jsonl"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("lazypin: 2 logs:", r.stderr)
+        self.assertRegex(r.stderr, r"cuMemHostRegister_v2\s+6")
+
+    def test_no_log(self):
+        r = self.run_child("--", "true")
+        self.assertEqual(r.returncode, 0)
+        self.assertIn("lazypin: no log written", r.stderr)
+
+    def test_quiet(self):
+        r = self.run_child("--quiet", "--", "sh", "-c", self.WRITE_LOG, fx("defer_mode.jsonl"))
+        self.assertEqual(r.returncode, 0)
+        self.assertNotIn("lazypin:", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

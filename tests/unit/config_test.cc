@@ -1,0 +1,217 @@
+// Tests of the LAZYPIN_* parsing (shim/config.h), through an injected getenv.
+#include "config.h"
+
+#include <map>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace lazypin {
+namespace {
+
+constexpr uint64_t kRam = uint64_t{16} << 30;  // 16 GiB
+constexpr uint64_t kK = 1024, kM = kK << 10, kG = kM << 10, kT = kG << 10;
+
+ParsedConfig Parse(const std::map<std::string, std::string>& env) {
+  return ParseConfig(
+      [&](const char* name) -> const char* {
+        auto it = env.find(name);
+        return it == env.end() ? nullptr : it->second.c_str();
+      },
+      kRam);
+}
+
+TEST(ConfigTest, DefaultsWhenNothingIsSet) {
+  const ParsedConfig p = Parse({});
+  EXPECT_TRUE(p.errors.empty());
+  const Config& c = p.config;
+  EXPECT_EQ(c.mode, Mode::kLog);
+  EXPECT_EQ(c.log_path, "");
+  EXPECT_TRUE(c.summary);
+  EXPECT_EQ(c.pool_bytes, kRam / 4);
+  EXPECT_EQ(c.pool_entries, 65536u);
+  EXPECT_EQ(c.idle_ms, 10000);
+  EXPECT_FALSE(c.check_pfn);
+  EXPECT_FALSE(c.release_at_exit);
+}
+
+TEST(ConfigTest, ModesAreCaseInsensitive) {
+  const std::pair<const char*, Mode> cases[] = {
+      {"off", Mode::kOff},    {"OFF", Mode::kOff},     {"log", Mode::kLog},
+      {"Log", Mode::kLog},    {"defer", Mode::kDefer}, {"DeFeR", Mode::kDefer},
+      {" defer ", Mode::kDefer}};
+  for (const auto& [text, mode] : cases) {
+    SCOPED_TRACE(text);
+    const ParsedConfig p = Parse({{"LAZYPIN_MODE", text}});
+    EXPECT_TRUE(p.errors.empty());
+    EXPECT_EQ(p.config.mode, mode);
+  }
+  EXPECT_EQ(ModeName(Mode::kDefer), "defer");
+  EXPECT_EQ(ModeName(Mode::kOff), "off");
+  EXPECT_EQ(ModeName(Mode::kLog), "log");
+}
+
+TEST(ConfigTest, ValidSizes) {
+  const std::pair<const char*, uint64_t> cases[] = {
+      {"512M", 512 * kM}, {"8G", 8 * kG},       {"8g", 8 * kG},         {"1T", kT},
+      {"4K", 4 * kK},     {"4KB", 4 * kK},      {"4KiB", 4 * kK},       {"4kib", 4 * kK},
+      {"12345", 12345},   {"12345B", 12345},    {"0", 0},               {" 2G ", 2 * kG},
+      {"25%", kRam / 4},  {"100%", kRam},       {"1%", kRam / 100},
+      {"16777215T", 16777215 * kT}};  // the largest T that fits in 64 bits
+  for (const auto& [text, bytes] : cases) {
+    SCOPED_TRACE(text);
+    const ParsedConfig p = Parse({{"LAZYPIN_POOL_BYTES", text}});
+    EXPECT_TRUE(p.errors.empty()) << (p.errors.empty() ? "" : p.errors[0]);
+    EXPECT_EQ(p.config.pool_bytes, bytes);
+    auto direct = ParseSize(text, kRam);
+    ASSERT_TRUE(direct.ok());
+    EXPECT_EQ(*direct, bytes);
+  }
+}
+
+TEST(ConfigTest, ValidBooleansCountsAndLogPath) {
+  for (const char* yes : {"1", "yes", "YES", "true", "on"}) {
+    SCOPED_TRACE(yes);
+    const ParsedConfig p = Parse({{"LAZYPIN_SUMMARY", "0"},
+                                  {"LAZYPIN_CHECK_PFN", yes},
+                                  {"LAZYPIN_RELEASE_AT_EXIT", yes}});
+    EXPECT_TRUE(p.errors.empty());
+    EXPECT_FALSE(p.config.summary);
+    EXPECT_TRUE(p.config.check_pfn);
+    EXPECT_TRUE(p.config.release_at_exit);
+  }
+  for (const char* no : {"0", "no", "No", "false", "off"}) {
+    SCOPED_TRACE(no);
+    const ParsedConfig p = Parse({{"LAZYPIN_SUMMARY", no}});
+    EXPECT_TRUE(p.errors.empty());
+    EXPECT_FALSE(p.config.summary);
+  }
+  const ParsedConfig p = Parse({{"LAZYPIN_POOL_ENTRIES", "100"},
+                                {"LAZYPIN_IDLE_MS", "0"},
+                                {"LAZYPIN_LOG", "/tmp/x-%p.jsonl"}});
+  EXPECT_TRUE(p.errors.empty());
+  EXPECT_EQ(p.config.pool_entries, 100u);
+  EXPECT_EQ(p.config.idle_ms, 0);
+  EXPECT_EQ(p.config.log_path, "/tmp/x-%p.jsonl") << "expanded later, per process";
+  EXPECT_EQ(Parse({{"LAZYPIN_POOL_ENTRIES", "1073741824"}}).config.pool_entries, 1u << 30);
+  EXPECT_EQ(Parse({{"LAZYPIN_IDLE_MS", "1099511627776"}}).config.idle_ms, int64_t{1} << 40);
+}
+
+struct Hostile {
+  const char* var;
+  const char* value;
+  const char* accepts;  // a phrase the message must contain
+};
+
+TEST(ConfigTest, HostileValuesGiveOneClearErrorAndKeepTheDefault) {
+  const Config defaults = Parse({}).config;
+  const Hostile cases[] = {
+      {"LAZYPIN_MODE", "", "off, log or defer"},
+      {"LAZYPIN_MODE", "deferred", "off, log or defer"},
+      {"LAZYPIN_MODE", "1", "off, log or defer"},
+      {"LAZYPIN_SUMMARY", "", "0 or 1"},
+      {"LAZYPIN_SUMMARY", "2", "0 or 1"},
+      {"LAZYPIN_CHECK_PFN", "maybe", "0 or 1"},
+      {"LAZYPIN_RELEASE_AT_EXIT", "-1", "0 or 1"},
+      {"LAZYPIN_POOL_BYTES", "", "K, M, G or T"},
+      {"LAZYPIN_POOL_BYTES", "-1", "K, M, G or T"},
+      {"LAZYPIN_POOL_BYTES", "-8G", "K, M, G or T"},
+      {"LAZYPIN_POOL_BYTES", "abc", "K, M, G or T"},
+      {"LAZYPIN_POOL_BYTES", "G", "K, M, G or T"},
+      {"LAZYPIN_POOL_BYTES", "8X", "K, M, G or T"},
+      {"LAZYPIN_POOL_BYTES", "8 G", "K, M, G or T"},
+      {"LAZYPIN_POOL_BYTES", "1.5G", "K, M, G or T"},
+      {"LAZYPIN_POOL_BYTES", "8GG", "K, M, G or T"},
+      {"LAZYPIN_POOL_BYTES", "0x10", "K, M, G or T"},
+      {"LAZYPIN_POOL_BYTES", "99999999999999999999G", "K, M, G or T"},
+      {"LAZYPIN_POOL_BYTES", "99999999999999999999", "K, M, G or T"},
+      {"LAZYPIN_POOL_BYTES", "18446744073709551616", "K, M, G or T"},
+      {"LAZYPIN_POOL_BYTES", "16777216T", "K, M, G or T"},  // 2^64: overflow by the shift
+      {"LAZYPIN_POOL_BYTES", "17179869184G", "K, M, G or T"},
+      {"LAZYPIN_POOL_BYTES", "0%", "1% to 100%"},
+      {"LAZYPIN_POOL_BYTES", "101%", "1% to 100%"},
+      {"LAZYPIN_POOL_BYTES", "%", "1% to 100%"},
+      {"LAZYPIN_POOL_BYTES", "25%%", "1% to 100%"},
+      {"LAZYPIN_POOL_ENTRIES", "", "whole number"},
+      {"LAZYPIN_POOL_ENTRIES", "-5", "whole number"},
+      {"LAZYPIN_POOL_ENTRIES", "+5", "whole number"},
+      {"LAZYPIN_POOL_ENTRIES", "ten", "whole number"},
+      {"LAZYPIN_POOL_ENTRIES", "1e3", "whole number"},
+      {"LAZYPIN_POOL_ENTRIES", "1073741825", "whole number"},
+      {"LAZYPIN_POOL_ENTRIES", "99999999999999999999", "whole number"},
+      {"LAZYPIN_IDLE_MS", "-1", "whole number"},
+      {"LAZYPIN_IDLE_MS", "10s", "whole number"},
+      {"LAZYPIN_IDLE_MS", "1099511627777", "whole number"},
+      {"LAZYPIN_LOG", "", "file path"},
+  };
+  for (const Hostile& h : cases) {
+    SCOPED_TRACE(std::string(h.var) + "=\"" + h.value + "\"");
+    const ParsedConfig p = Parse({{h.var, h.value}});
+    ASSERT_EQ(p.errors.size(), 1u);
+    const std::string& e = p.errors[0];
+    EXPECT_NE(e.find(h.var), std::string::npos) << e;
+    EXPECT_NE(e.find(h.accepts), std::string::npos) << e;
+    EXPECT_NE(e.find("accepts"), std::string::npos) << e;
+    EXPECT_NE(e.find("using"), std::string::npos) << "names the default: " << e;
+    const Config& c = p.config;
+    EXPECT_EQ(c.mode, defaults.mode);
+    EXPECT_EQ(c.log_path, defaults.log_path);
+    EXPECT_EQ(c.summary, defaults.summary);
+    EXPECT_EQ(c.pool_bytes, defaults.pool_bytes);
+    EXPECT_EQ(c.pool_entries, defaults.pool_entries);
+    EXPECT_EQ(c.idle_ms, defaults.idle_ms);
+    EXPECT_EQ(c.check_pfn, defaults.check_pfn);
+    EXPECT_EQ(c.release_at_exit, defaults.release_at_exit);
+  }
+}
+
+TEST(ConfigTest, SeveralBadVariablesGiveOneErrorEachAndGoodOnesStillApply) {
+  const ParsedConfig p = Parse({{"LAZYPIN_MODE", "defer"},
+                                {"LAZYPIN_POOL_BYTES", "lots"},
+                                {"LAZYPIN_POOL_ENTRIES", "-1"},
+                                {"LAZYPIN_IDLE_MS", "500"}});
+  ASSERT_EQ(p.errors.size(), 2u);
+  EXPECT_NE(p.errors[0].find("LAZYPIN_POOL_BYTES"), std::string::npos);
+  EXPECT_NE(p.errors[1].find("LAZYPIN_POOL_ENTRIES"), std::string::npos);
+  EXPECT_EQ(p.config.mode, Mode::kDefer);
+  EXPECT_EQ(p.config.idle_ms, 500);
+}
+
+TEST(ConfigTest, ErrorMessagesEscapeAndTruncateTheValue) {
+  const ParsedConfig p = Parse({{"LAZYPIN_MODE", "de\nfer\"\x1b[31m"}});
+  ASSERT_EQ(p.errors.size(), 1u);
+  for (char ch : p.errors[0]) {
+    EXPECT_GE(static_cast<unsigned char>(ch), 0x20) << "a control character in the message";
+  }
+  const ParsedConfig big = Parse({{"LAZYPIN_POOL_BYTES", std::string(100000, '9') + "G"}});
+  ASSERT_EQ(big.errors.size(), 1u);
+  EXPECT_LT(big.errors[0].size(), 400u);
+  EXPECT_EQ(big.config.pool_bytes, kRam / 4);
+}
+
+TEST(ConfigTest, SingleValueParsers) {
+  EXPECT_FALSE(ParseCount("", 10).ok());
+  EXPECT_FALSE(ParseCount("11", 10).ok());
+  EXPECT_EQ(*ParseCount("10", 10), 10);
+  EXPECT_EQ(*ParseCount(" 7 ", 10), 7);
+  EXPECT_TRUE(*ParseBool("On"));
+  EXPECT_FALSE(ParseBool("").ok());
+  EXPECT_FALSE(ParseMode("").ok());
+  EXPECT_EQ(*ParseSize("50%", 1000), 500u);
+  EXPECT_EQ(*ParseSize("33%", 1000), 330u);
+}
+
+TEST(ConfigTest, ExpandLogPath) {
+  EXPECT_EQ(ExpandLogPath("lazypin-%p.jsonl", 4242), "lazypin-4242.jsonl");
+  EXPECT_EQ(ExpandLogPath("%p/%p", 7), "7/7");
+  EXPECT_EQ(ExpandLogPath("100%%-%p", 7), "100%-7");
+  EXPECT_EQ(ExpandLogPath("%%p", 7), "%p");
+  EXPECT_EQ(ExpandLogPath("%%%p", 7), "%7");
+  EXPECT_EQ(ExpandLogPath("a%", 7), "a%") << "a trailing % stays";
+  EXPECT_EQ(ExpandLogPath("%x", 7), "%x") << "unknown escapes stay";
+  EXPECT_EQ(ExpandLogPath("plain.jsonl", 7), "plain.jsonl");
+  EXPECT_EQ(ExpandLogPath("", 7), "");
+}
+
+}  // namespace
+}  // namespace lazypin
