@@ -1,0 +1,271 @@
+"""Programs run under liblazypin.so on the simulated CUDA stack.
+
+Each test starts an unmodified test app (testapps/) with the shim preloaded
+and the simulated libcuda/libcudart on LD_LIBRARY_PATH, then checks what the
+program printed (it must be what it prints without lazypin, and what the H200
+printed: testapps/expected/) and what the shim logged.
+Environment (set by CMake): LAZYPIN_LIB, SIMCUDA_DIR, TESTAPPS_DIR, SOURCE_DIR.
+"""
+import glob
+import json
+import os
+import resource
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+
+LIB = os.environ["LAZYPIN_LIB"]
+SIM = os.environ["SIMCUDA_DIR"]
+APPS = os.environ["TESTAPPS_DIR"]
+SRC = os.environ["SOURCE_DIR"]
+EXPECTED = os.path.join(SRC, "testapps", "expected")
+
+
+def app(name):
+    return os.path.join(APPS, name)
+
+
+def read_log(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def calls(records):
+    return [r for r in records if r["type"] == "call"]
+
+
+class Run:
+    def __init__(self, proc, log, records):
+        self.rc = proc.returncode
+        self.out = proc.stdout
+        self.err = proc.stderr
+        self.log = log
+        self.records = records
+
+
+class PreloadTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def env(self, shim=True, **extra):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYPIN_")}
+        env["LD_LIBRARY_PATH"] = SIM
+        env["SIMCUDA_SLEEP"] = "0"
+        env["LAZYPIN_SUMMARY"] = "0"
+        if shim:
+            env["LD_PRELOAD"] = LIB
+            env["LAZYPIN_LOG"] = os.path.join(self.dir, "lp-%p.jsonl")
+        env.update({k: str(v) for k, v in extra.items()})
+        return env
+
+    def run_app(self, argv, shim=True, timeout=120, preexec=None, **extra):
+        for old in glob.glob(os.path.join(self.dir, "lp-*.jsonl")):
+            os.unlink(old)
+        proc = subprocess.run(argv, env=self.env(shim, **extra), cwd=self.dir, text=True,
+                              capture_output=True, timeout=timeout, preexec_fn=preexec)
+        logs = sorted(glob.glob(os.path.join(self.dir, "lp-*.jsonl")))
+        records = read_log(logs[0]) if logs else []
+        return Run(proc, logs[0] if logs else None, records)
+
+    # -- interception: every door, one record per application call ----------
+    def check_path(self, name, api_prefix, via):
+        bare = self.run_app([app(name)], shim=False)
+        self.assertEqual(bare.rc, 0, bare.err)
+        run = self.run_app([app(name)])
+        self.assertEqual(run.rc, 0, run.err)
+        self.assertEqual(run.out, bare.out, "output changed under lazypin")
+        with open(os.path.join(EXPECTED, "path_h200.txt")) as f:
+            self.assertEqual(run.out, f.read(), "differs from the H200's output")
+        lines = [l for l in run.out.splitlines() if l.startswith("CALL ")]
+        recs = calls(run.records)
+        self.assertEqual(len(recs), len(lines), "one record per application call")
+        for line, rec in zip(lines, recs):
+            code = int(line.rsplit("->", 1)[1])
+            self.assertEqual(rec["result"], code, line)
+            self.assertTrue(rec["api"].startswith(api_prefix), rec)
+            self.assertEqual(rec["via"], via, rec)
+            self.assertEqual(rec["api"].endswith("Unregister"), line.startswith("CALL unregister"))
+        self.assertEqual(run.records[0]["type"], "header")
+        self.assertEqual(run.records[-1]["type"], "summary")
+
+    def test_runtime_symbol(self):
+        self.check_path("path_runtime_shared", "cudaHost", "symbol")
+
+    def test_driver_linked(self):
+        self.check_path("path_linked_shared", "cuMemHost", "symbol")
+
+    def test_driver_dlsym(self):
+        self.check_path("path_dlsym", "cuMemHost", "dlsym")
+
+    def test_driver_getproc(self):
+        self.check_path("path_getproc", "cuMemHost", "getproc")
+
+    def test_sixteen_threads_lose_no_record(self):
+        run = self.run_app([app("threads_shared"), "--threads", "16", "--iters", "40",
+                            "--warmup", "0", "--size", "64K"])
+        self.assertEqual(run.rc, 0, run.err)
+        recs = calls(run.records)
+        regs = [r for r in recs if r["api"] == "cudaHostRegister"]
+        unregs = [r for r in recs if r["api"] == "cudaHostUnregister"]
+        self.assertEqual(len(regs), 16 * 40)
+        self.assertEqual(len(unregs), 16 * 40)
+        self.assertEqual(len({r["tid"] for r in recs}), 16)
+        summary = run.records[-1]
+        self.assertEqual(summary["apis"]["cudaHostRegister"]["calls"], 640)
+
+    # -- transparency: every code and byte as without lazypin ----------------
+    def check_same_as_h200(self, mode):
+        bare = self.run_app([app("diffseq_shared")], shim=False)
+        run = self.run_app([app("diffseq_shared")], LAZYPIN_MODE=mode)
+        self.assertEqual(run.rc, 0, run.err)
+        self.assertEqual(run.out, bare.out)
+        with open(os.path.join(EXPECTED, "diffseq_h200.txt")) as f:
+            self.assertEqual(run.out, f.read())
+        return run
+
+    def test_diffseq_log(self):
+        self.check_same_as_h200("log")
+
+    def test_diffseq_defer(self):
+        run = self.check_same_as_h200("defer")
+        actions = {r["action"] for r in calls(run.records)}
+        self.assertIn("hit", actions)
+        self.assertIn("deferred", actions)
+
+    def test_seed_defer_hits_after_first(self):
+        bare = self.run_app([app("seed_shared"), "--repeat", "3"], shim=False)
+        run = self.run_app([app("seed_shared"), "--repeat", "3"], LAZYPIN_MODE="defer")
+        self.assertEqual(run.rc, 0, run.err)
+        codes = lambda out: [l for l in out.splitlines() if l.strip().lstrip("-").isdigit()]
+        self.assertEqual(codes(run.out), codes(bare.out))
+        regs = [r for r in calls(run.records) if r["api"] == "cudaHostRegister"]
+        self.assertEqual([r["action"] for r in regs], ["miss", "hit", "hit"])
+        self.assertEqual(run.records[-1]["pool"]["hits"], 2)
+
+    def test_torture_defer_never_stale(self):
+        # The simulated driver aborts the program on any copy through a stale
+        # registration; the app checks every code and byte itself.
+        run = self.run_app([app("torture"), "--threads", "4", "--seconds", "3"],
+                           LAZYPIN_MODE="defer", LAZYPIN_POOL_ENTRIES=8)
+        self.assertEqual(run.rc, 0, run.out[-2000:] + run.err[-2000:])
+        self.assertNotIn("STALE", run.err)
+        self.assertIn(" ok", run.out.splitlines()[-1])
+        summary = run.records[-1]
+        self.assertGreater(summary["pool"]["hits"], 0)
+        evictions = summary["pool"]["evictions"]
+        for reason in ("free", "munmap", "mmap_fixed", "madvise", "mremap"):
+            self.assertGreater(evictions.get(reason, 0), 0, (reason, evictions))
+
+    def test_forker_child_never_touches_cuda(self):
+        run = self.run_app([app("forker")], LAZYPIN_MODE="defer")
+        self.assertEqual(run.rc, 0, run.err)
+        self.assertIn("FORKER ok", run.out)
+        run = self.run_app([app("forker"), "--exec"], LAZYPIN_MODE="defer")
+        self.assertEqual(run.rc, 0, run.err)
+
+    # -- lifecycle -------------------------------------------------------------
+    def test_sigterm_flushes_log(self):
+        env = self.env(LAZYPIN_MODE="defer")
+        proc = subprocess.Popen([app("sigterm")], env=env, cwd=self.dir, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.assertEqual(proc.stdout.readline().strip(), "READY")
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+        self.assertEqual(proc.returncode, -signal.SIGTERM, "dies of the signal, as without lazypin")
+        records = read_log(glob.glob(os.path.join(self.dir, "lp-*.jsonl"))[0])
+        self.assertEqual(records[-1]["type"], "summary")
+        self.assertEqual(records[-1]["ended_by"], "SIGTERM")
+        self.assertGreater(len(calls(records)), 3)
+
+    def test_mode_off_writes_nothing(self):
+        run = self.run_app([app("path_runtime_shared")], LAZYPIN_MODE="off")
+        self.assertEqual(run.rc, 0)
+        self.assertIsNone(run.log)
+
+    # -- hostile configuration: one clear line, the program runs on ----------
+    def test_bad_values_one_line_each(self):
+        bad = {"LAZYPIN_MODE": "fast", "LAZYPIN_POOL_BYTES": "99999999999999999999G",
+               "LAZYPIN_POOL_ENTRIES": "-4", "LAZYPIN_IDLE_MS": "soon", "LAZYPIN_SUMMARY": "maybe",
+               "LAZYPIN_CHECK_PFN": "", "LAZYPIN_RELEASE_AT_EXIT": "2"}
+        bare = self.run_app([app("path_runtime_shared")], shim=False)
+        run = self.run_app([app("path_runtime_shared")], **bad)
+        self.assertEqual(run.rc, 0)
+        self.assertEqual(run.out, bare.out)
+        for var in bad:
+            lines = [l for l in run.err.splitlines() if l.startswith("lazypin: %s=" % var)]
+            self.assertEqual(len(lines), 1, (var, run.err))
+            self.assertIn("accepts", lines[0])
+        self.assertEqual(run.records[0]["mode"], "log")
+
+    def test_log_path_unusable(self):
+        for path in ("/nonexistent/dir/lp.jsonl", "/proc/lp.jsonl"):
+            env_log = {"LAZYPIN_LOG": path}
+            run = self.run_app([app("path_runtime_shared")], **env_log)
+            self.assertEqual(run.rc, 0)
+            self.assertIn("not writing a log file", run.err)
+
+    def test_log_never_through_symlink(self):
+        target = os.path.join(self.dir, "victim")
+        with open(target, "w") as f:
+            f.write("precious\n")
+        link = os.path.join(self.dir, "link.jsonl")
+        os.symlink(target, link)
+        run = self.run_app([app("path_runtime_shared")], LAZYPIN_LOG=link)
+        self.assertEqual(run.rc, 0)
+        self.assertIn("symbolic link", run.err)
+        with open(target) as f:
+            self.assertEqual(f.read(), "precious\n")
+
+    def test_log_mode_0600(self):
+        run = self.run_app([app("path_runtime_shared")])
+        self.assertEqual(os.stat(run.log).st_mode & 0o777, 0o600)
+
+    def test_file_size_limit(self):
+        def limit():
+            resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))
+        bare = self.run_app([app("path_runtime_shared")], shim=False)
+        run = self.run_app([app("path_runtime_shared")], preexec=limit)
+        self.assertEqual(run.rc, 0, run.err)
+        self.assertEqual(run.out, bare.out)
+        self.assertIn("is incomplete", run.err)
+
+    # -- the shim itself ---------------------------------------------------------
+    def test_exports_only_hooks(self):
+        out = subprocess.run(["nm", "-D", "--defined-only", LIB], capture_output=True,
+                             text=True, check=True).stdout
+        names = {l.split()[-1] for l in out.splitlines() if l.strip()}
+        allowed = {"cudaHostRegister", "cudaHostUnregister", "cuMemHostRegister",
+                   "cuMemHostRegister_v2", "cuMemHostUnregister", "cuCtxDestroy",
+                   "cuCtxDestroy_v2", "cuDevicePrimaryCtxReset", "cuDevicePrimaryCtxReset_v2",
+                   "cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxRelease_v2",
+                   "cuPointerGetAttribute", "cuPointerGetAttributes", "cuMemHostGetFlags",
+                   "cuMemHostGetDevicePointer_v2", "cuGetProcAddress", "cuGetProcAddress_v2",
+                   "dlsym", "free", "cfree", "realloc", "reallocarray", "mmap", "mmap64",
+                   "munmap", "mremap", "madvise", "brk", "sbrk", "shmdt", "shmat"}
+        self.assertEqual(names, allowed)
+        ldd = subprocess.run(["ldd", LIB], capture_output=True, text=True, check=True).stdout
+        for banned in ("libcudart", "libcuda.so", "libspdlog", "libfmt"):
+            self.assertNotIn(banned, ldd)
+
+    def test_program_dlsym_rtld_next_still_works(self):
+        # Our dlsym tail-calls glibc's, so RTLD_NEXT is still relative to the caller.
+        src = os.path.join(self.dir, "next.c")
+        exe = os.path.join(self.dir, "next")
+        with open(src, "w") as f:
+            f.write('#define _GNU_SOURCE\n#include <dlfcn.h>\n#include <stdio.h>\n'
+                    'int main(){void*p=dlsym(RTLD_NEXT,"puts");void*q=dlsym(RTLD_DEFAULT,"puts");'
+                    'printf("%d\\n",p!=0&&p==q);return 0;}\n')
+        subprocess.run(["cc", "-o", exe, src, "-ldl"], check=True)
+        run = self.run_app([exe])
+        self.assertEqual(run.out.strip(), "1")
+
+
+if __name__ == "__main__":
+    unittest.main()
