@@ -3,6 +3,8 @@
 // no pooled registration can overlap the range it is about to release. Like a
 // Bloom filter with deletions: false positives fall through to the pool's exact
 // lookup, false negatives cannot happen. Writers hold the pool's lock.
+// Ranges of 256 MiB and more are counted in a second, coarse table of 1 GiB
+// granules, so that pooling a huge buffer costs a few updates, not thousands.
 #pragma once
 
 #include <atomic>
@@ -13,7 +15,9 @@ namespace lazypin {
 
 class GranuleFilter {
  public:
-  static constexpr int kGranuleShift = 21;  // 2 MiB
+  static constexpr int kGranuleShift = 21;        // 2 MiB
+  static constexpr int kCoarseShift = 30;         // 1 GiB
+  static constexpr uintptr_t kCoarseFrom = uintptr_t{1} << 28;  // ranges >= 256 MiB
   static constexpr int kSlotBits = 16;
   static constexpr size_t kSlots = size_t{1} << kSlotBits;
   // A range spanning more granules than this is not scanned: "maybe".
@@ -25,28 +29,39 @@ class GranuleFilter {
   // False only if no range added (and not removed) overlaps [lo, hi).
   bool MaybeOverlaps(uintptr_t lo, uintptr_t hi) const {
     if (hi <= lo) return false;
-    const uintptr_t first = lo >> kGranuleShift, last = (hi - 1) >> kGranuleShift;
-    if (last - first >= kMaxScan) return true;
-    for (uintptr_t g = first; g <= last; ++g) {
-      if (slots_[Slot(g)].load(std::memory_order_relaxed) != 0) return true;
-    }
-    return false;
+    return Scan(fine_, kGranuleShift, lo, hi) ||
+           (coarse_used_.load(std::memory_order_relaxed) != 0 && Scan(coarse_, kCoarseShift, lo, hi));
   }
 
  private:
   static size_t Slot(uintptr_t granule) {
     return static_cast<size_t>((granule * 0x9E3779B97F4A7C15ull) >> (64 - kSlotBits));
   }
+  using Table = std::atomic<uint32_t>[kSlots];
+
+  static bool Scan(const Table& table, int shift, uintptr_t lo, uintptr_t hi) {
+    const uintptr_t first = lo >> shift, last = (hi - 1) >> shift;
+    if (last - first >= kMaxScan) return true;
+    for (uintptr_t g = first; g <= last; ++g) {
+      if (table[Slot(g)].load(std::memory_order_relaxed) != 0) return true;
+    }
+    return false;
+  }
   void Update(uintptr_t lo, uintptr_t hi, uint32_t delta) {
     if (hi <= lo) return;
-    const uintptr_t first = lo >> kGranuleShift, last = (hi - 1) >> kGranuleShift;
+    const bool coarse = hi - lo >= kCoarseFrom;
+    const int shift = coarse ? kCoarseShift : kGranuleShift;
+    Table& table = coarse ? coarse_ : fine_;
+    if (coarse) coarse_used_.fetch_add(delta, std::memory_order_relaxed);
     // A huge range may wrap the table several times; every slot it touches counts.
-    for (uintptr_t g = first; g <= last; ++g) {
-      slots_[Slot(g)].fetch_add(delta, std::memory_order_relaxed);
+    for (uintptr_t g = lo >> shift; g <= (hi - 1) >> shift; ++g) {
+      table[Slot(g)].fetch_add(delta, std::memory_order_relaxed);
     }
   }
 
-  std::atomic<uint32_t> slots_[kSlots] = {};
+  Table fine_ = {};
+  Table coarse_ = {};
+  std::atomic<uint32_t> coarse_used_{0};
 };
 
 }  // namespace lazypin

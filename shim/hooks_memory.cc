@@ -125,19 +125,36 @@ bool MemoryHooksSelfTest(std::string* why) {
     *why = "glibc's dlsym was not found";
     return false;
   }
-  static constexpr const char* kHooked[] = {"free", "realloc", "munmap", "mremap", "mmap",
-                                            "madvise"};
   Dl_info self;
   if (dladdr(reinterpret_cast<void*>(&MemoryHooksSelfTest), &self) == 0) {
     *why = "dladdr failed";
     return false;
   }
-  for (const char* name : kHooked) {
+  // The calls that hand memory back to the kernel must reach our hooks.
+  for (const char* name : {"munmap", "mremap", "mmap", "madvise"}) {
     void* global = dlsym_real(RTLD_DEFAULT, name);
     Dl_info info;
     if (global == nullptr || dladdr(global, &info) == 0 || info.dli_fbase != self.dli_fbase) {
-      *why = std::string("the process's ") + name +
-             " is not lazypin's (another library that defines it is preloaded before lazypin)";
+      *why = std::string("the process's ") + name + " is not lazypin's but " +
+             (global != nullptr && dladdr(global, &info) && info.dli_fname ? info.dli_fname : "?") +
+             " (a library that defines it is preloaded before lazypin)";
+      return false;
+    }
+  }
+  // free and realloc must be ours when they are glibc's: glibc's own free
+  // unmaps and trims memory internally, where no hook sees it. Another
+  // allocator (jemalloc, tcmalloc, a wrapper) returns memory to the kernel
+  // through the hooks above.
+  for (const char* name : {"free", "realloc"}) {
+    void* global = dlsym_real(RTLD_DEFAULT, name);
+    Dl_info info;
+    if (global == nullptr || dladdr(global, &info) == 0) {
+      *why = std::string("the process's ") + name + " was not found";
+      return false;
+    }
+    if (info.dli_fbase != self.dli_fbase && info.dli_fname != nullptr &&
+        strstr(info.dli_fname, "libc.so") != nullptr) {
+      *why = std::string("the process's ") + name + " is glibc's, not lazypin's";
       return false;
     }
   }

@@ -195,10 +195,11 @@ Outcome Pool::Register(const RegisterRequest& req, absl::FunctionRef<int()> forw
     }
     counters_.misses += 1;
   }
-  if (forward_only) return Outcome{forward(), Action::kMiss, 0};
-  Outcome out{kCudaSuccess, Action::kMiss, Evict(victims)};
+  // forward_only: the driver normally refuses (712); if it accepts, the
+  // overlapping in-use entries were stale and the new one is recorded below.
+  Outcome out{kCudaSuccess, Action::kMiss, forward_only ? 0 : Evict(victims)};
   out.result = forward();
-  if (out.result == kCudaOutOfMemory && !Empty()) {
+  if (!forward_only && out.result == kCudaOutOfMemory && !Empty()) {
     // Make room: release everything pooled, then try once more.
     out.evicted += ReleaseAll(EvictReason::kMakeRoom);
     out.result = forward();

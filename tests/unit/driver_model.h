@@ -289,6 +289,7 @@ class PoolHarness final : private PoolDriver, private PoolObserver {
         break;
       }
       case OpKind::kCollectIdle: {
+        idle_cutoff_ = now_ - op.ns;
         const int n = pool_.CollectIdle(op.ns);
         Expect(n == evicted_in_call_, "CollectIdle returned %d, evicted %d", n, evicted_in_call_);
         for (const auto& [base, p] : pooled_) {
@@ -583,6 +584,10 @@ class PoolHarness final : private PoolDriver, private PoolObserver {
     Expect(it != pooled_.end() && it->second.bytes == bytes,
            "evicted 0x%x (+%d), which was not pooled", ptr, bytes);
     if (it == pooled_.end()) return;
+    if (reason == EvictReason::kIdle) {
+      Expect(it->second.deferred_at <= idle_cutoff_, "idle evicted 0x%x deferred at %d, after %d",
+             ptr, it->second.deferred_at, idle_cutoff_);
+    }
     if (reason == EvictReason::kLru || reason == EvictReason::kIdle) {
       for (const auto& [base, p] : pooled_) {
         Expect(p.seq >= it->second.seq, "%s evicted 0x%x before the older 0x%x",
@@ -601,6 +606,7 @@ class PoolHarness final : private PoolDriver, private PoolObserver {
   std::deque<Registration> recent_;
   std::map<uintptr_t, uint64_t> generation_;  // page -> remap count
   int64_t now_ = 1'000'000'000;
+  int64_t idle_cutoff_ = 0;  // of the CollectIdle in progress
   uint64_t next_seq_ = 0;
   uint64_t hits_ = 0, deferred_ = 0, warnings_ = 0, evictions_total_ = 0;
   uint64_t evictions_[static_cast<int>(EvictReason::kCount)] = {};

@@ -28,6 +28,8 @@ struct Scenario {
   bool check_frames;
 };
 
+void PrintTo(const Scenario& s, std::ostream* os) { *os << s.name; }
+
 class PoolPropertyTest : public ::testing::TestWithParam<Scenario> {};
 
 TEST_P(PoolPropertyTest, MatchesTheDriverWithoutLazypin) {
