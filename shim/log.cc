@@ -12,6 +12,8 @@
 #include <cstring>
 #include <mutex>
 
+#include "absl/time/time.h"
+
 #include "absl/strings/str_cat.h"
 #include "spdlog/async.h"
 #include "spdlog/async_logger.h"
@@ -112,19 +114,65 @@ Log::Log(int fd, std::string path) : fd_(fd), path_(std::move(path)) {
   logger_ = std::make_shared<spdlog::async_logger>("lazypin", std::move(sink), pool_,
                                                    spdlog::async_overflow_policy::block);
   logger_->set_level(spdlog::level::info);
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);  // the flusher inherits the mask
+  flusher_ = std::thread([this] {
+    absl::MutexLock lock(&flusher_mu_);
+    while (!flusher_mu_.AwaitWithTimeout(absl::Condition(&stop_flusher_), absl::Milliseconds(10))) {
+      flusher_mu_.Unlock();
+      Flush();
+      flusher_mu_.Lock();
+    }
+  });
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
 void Log::Write(absl::string_view line) {
   if (closed_.load(std::memory_order_acquire)) return;
+  absl::MutexLock lock(&batch_mu_);
+  if (batch_.capacity() == 0) batch_.reserve(1 << 16);
+  batch_.append(line.data(), line.size());
+  batch_.push_back('\n');
+}
+
+void Log::Flush() {
+  std::string chunk;
+  {
+    absl::MutexLock lock(&batch_mu_);
+    if (batch_.empty()) return;
+    chunk.reserve(1 << 16);
+    chunk.swap(batch_);
+  }
+  chunk.pop_back();  // the sink ends every message with a newline
   queued_.fetch_add(1, std::memory_order_relaxed);
-  logger_->info(spdlog::string_view_t(line.data(), line.size()));
+  logger_->info(spdlog::string_view_t(chunk.data(), chunk.size()));
 }
 
 void Log::Close() {
   // Drain, but keep the writer objects alive: other threads may still be in
   // Write() while the process exits, and the thread dies with the process.
   if (closed_.exchange(true)) return;
+  {
+    absl::MutexLock lock(&flusher_mu_);
+    stop_flusher_ = true;
+  }
+  if (flusher_.joinable()) flusher_.join();
+  Flush();
   WaitDrained(5000);
+}
+
+void Log::DrainFromSignal(int timeout_ms) {
+  WaitDrained(timeout_ms);
+  // Only if no thread was interrupted while adding to the batch.
+  if (batch_mu_.TryLock()) {
+    if (!batch_.empty()) {
+      batch_.pop_back();
+      WriteDirect(batch_);
+      batch_.clear();
+    }
+    batch_mu_.Unlock();
+  }
 }
 
 void Log::WaitDrained(int timeout_ms) const {

@@ -1,15 +1,20 @@
 // log: the JSON Lines file (docs/log-format.md), written by an spdlog
-// asynchronous logger so that a calling thread only formats and enqueues.
-// Owns: opening the file safely, the writer thread, draining at exit and on
-// signals, and giving up cleanly (one message) when the file cannot be written.
+// asynchronous logger. A calling thread only appends its record to a batch
+// under a short lock (no allocation in the common case, no wake-up of another
+// thread); a flusher thread hands the batch to the spdlog logger every 10 ms,
+// whose writer thread writes it. Owns: opening the file safely, those threads,
+// draining at exit and on signals, and giving up cleanly (one message) when
+// the file cannot be written.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 
 namespace spdlog {
 class async_logger;
@@ -25,12 +30,13 @@ class Log {
   // `error` to one line saying why.
   static std::unique_ptr<Log> Open(const std::string& path, std::string* error);
 
-  // Queues one record (no newline). Blocks only if the queue is full.
+  // Adds one record (no newline) to the batch.
   void Write(absl::string_view line);
   // Writes all queued records; later Write()s are dropped. Idempotent.
   void Close();
-  // From a signal handler: waits up to `timeout_ms` for the writer to catch up.
-  void WaitDrained(int timeout_ms) const;
+  // From a signal handler: waits up to `timeout_ms` for the writer to catch
+  // up, then writes the batch directly if no thread is adding to it.
+  void DrainFromSignal(int timeout_ms);
   // Writes one line directly, bypassing the queue (signal handlers, after Close).
   void WriteDirect(absl::string_view line);
 
@@ -41,6 +47,8 @@ class Log {
  private:
   Log(int fd, std::string path);
   friend class FdSink;
+  void Flush();  // hands the batch to the spdlog logger
+  void WaitDrained(int timeout_ms) const;
 
   const int fd_;
   const std::string path_;
@@ -52,6 +60,11 @@ class Log {
   std::atomic<bool> closed_{false};
   std::shared_ptr<spdlog::details::thread_pool> pool_;
   std::shared_ptr<spdlog::async_logger> logger_;
+  absl::Mutex batch_mu_;
+  std::string batch_ ABSL_GUARDED_BY(batch_mu_);
+  absl::Mutex flusher_mu_;
+  bool stop_flusher_ ABSL_GUARDED_BY(flusher_mu_) = false;
+  std::thread flusher_;
 };
 
 }  // namespace lazypin

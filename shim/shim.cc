@@ -461,7 +461,7 @@ void Shim::OnSignal(int sig) {
   // Async-signal-safe only: wait for the writer thread, append a short
   // summary by hand, then die of the signal as the program would have.
   if (log_) {
-    log_->WaitDrained(500);
+    log_->DrainFromSignal(500);
     char line[160];
     const char* name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
     int64_t t = Now();
