@@ -345,24 +345,17 @@ Outcome Shim::PoolRegister(void* ptr, size_t bytes, unsigned flags,
   return pool_->Register(request, real);
 }
 
-int Shim::DriverRegister(Api api, Via via, void* ptr, size_t bytes, unsigned flags,
-                         absl::FunctionRef<int()> real) {
+int Shim::DriverCall(Api api, Via via, void* ptr, size_t bytes, unsigned flags,
+                     absl::FunctionRef<int()> real, absl::FunctionRef<Outcome()> pooled) {
   const bool nested = t_state.runtime_depth > 0;  // cudart calling down: it records
-  if (pool_ == nullptr) {
-    if (nested) return real();
-    const int64_t t0 = MonotonicNs();
-    const int result = real();
-    const int64_t latency = MonotonicNs() - t0;
-    ScopedInsideLazypin inside;
-    Record(api, via, ptr, bytes, flags, result, latency, Action::kForward, 0);
-    InstallExitHandlersOnce();
-    return result;
-  }
+  if (pool_ == nullptr && nested) return real();
   const int64_t t0 = MonotonicNs();
   Outcome outcome;
-  {
+  if (pool_ == nullptr) {
+    outcome.result = real();
+  } else {
     ScopedInsideLazypin inside;
-    outcome = PoolRegister(ptr, bytes, flags, real);
+    outcome = pooled();
   }
   const int64_t latency = MonotonicNs() - t0;
   if (nested) {
@@ -376,32 +369,16 @@ int Shim::DriverRegister(Api api, Via via, void* ptr, size_t bytes, unsigned fla
   return outcome.result;
 }
 
+int Shim::DriverRegister(Api api, Via via, void* ptr, size_t bytes, unsigned flags,
+                         absl::FunctionRef<int()> real) {
+  return DriverCall(api, via, ptr, bytes, flags, real,
+                    [&] { return PoolRegister(ptr, bytes, flags, real); });
+}
+
 int Shim::DriverUnregister(Api api, Via via, void* ptr, absl::FunctionRef<int()> real) {
-  const bool nested = t_state.runtime_depth > 0;
-  if (pool_ == nullptr) {
-    if (nested) return real();
-    const int64_t t0 = MonotonicNs();
-    const int result = real();
-    const int64_t latency = MonotonicNs() - t0;
-    ScopedInsideLazypin inside;
-    Record(api, via, ptr, 0, 0, result, latency, Action::kForward, 0);
-    return result;
-  }
-  const int64_t t0 = MonotonicNs();
-  Outcome outcome;
-  {
-    ScopedInsideLazypin inside;
-    outcome = pool_->Unregister(reinterpret_cast<uintptr_t>(ptr), real);
-  }
-  const int64_t latency = MonotonicNs() - t0;
-  if (nested) {
-    t_state.action = outcome.action;
-    t_state.evicted = outcome.evicted;
-    return outcome.result;
-  }
-  ScopedInsideLazypin inside;
-  Record(api, via, ptr, 0, 0, outcome.result, latency, outcome.action, outcome.evicted);
-  return outcome.result;
+  return DriverCall(api, via, ptr, 0, 0, real, [&] {
+    return pool_->Unregister(reinterpret_cast<uintptr_t>(ptr), real);
+  });
 }
 
 void Shim::BeforeContextDestroy(void* ctx) {

@@ -90,6 +90,10 @@ class Shim {
   int64_t Now() const;
   void Record(Api api, Via via, void* ptr, size_t bytes, unsigned flags, int result,
               int64_t latency_ns, Action action, int evicted);
+  // One driver-level call: pooled (defer) or forwarded, timed, recorded
+  // unless cudart called it (then the runtime hook records).
+  int DriverCall(Api api, Via via, void* ptr, size_t bytes, unsigned flags,
+                 absl::FunctionRef<int()> real, absl::FunctionRef<Outcome()> pooled);
   Outcome PoolRegister(void* ptr, size_t bytes, unsigned flags, absl::FunctionRef<int()> real);
 
   Config config_;
