@@ -5,7 +5,8 @@
 
 #include <algorithm>
 
-#include "absl/time/time.h"
+#include <chrono>
+
 #include "pool.h"
 #include "shim.h"
 
@@ -21,21 +22,22 @@ Collector::Collector(Pool* pool, int64_t idle_ms) : pool_(pool), idle_ms_(idle_m
 
 void Collector::Stop() {
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (stop_) return;
     stop_ = true;
   }
+  wake_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
 
 void Collector::Run() {
   ScopedInsideLazypin inside;  // its frees and the driver's are ours: pass them through
-  const absl::Duration period = absl::Milliseconds(std::clamp<int64_t>(idle_ms_ / 4, 10, 1000));
-  absl::MutexLock lock(&mu_);
-  while (!mu_.AwaitWithTimeout(absl::Condition(&stop_), period)) {
-    mu_.Unlock();
+  const auto period = std::chrono::milliseconds(std::clamp<int64_t>(idle_ms_ / 4, 10, 1000));
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!wake_.wait_for(lock, period, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stop_; })) {
+    lock.unlock();
     pool_->CollectIdle(idle_ms_ * 1000000);
-    mu_.Lock();
+    lock.lock();
   }
 }
 

@@ -8,7 +8,10 @@
 #include <cstdint>
 #include <thread>
 
-#include "absl/synchronization/mutex.h"
+#include <condition_variable>
+#include <mutex>
+
+#include "absl/base/thread_annotations.h"
 
 namespace lazypin {
 
@@ -26,7 +29,8 @@ class Collector {
 
   Pool* const pool_;
   const int64_t idle_ms_;
-  absl::Mutex mu_;
+  std::mutex mu_;
+  std::condition_variable wake_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };

@@ -1,18 +1,57 @@
-// config: parsing of the LAZYPIN_* variables (see config.h).
+// config: parsing of the LAZYPIN_* variables (see config.h). Standard
+// library and fmt only: the shim links nothing that costs load time.
 #include "config.h"
 
 #include <cctype>
 #include <limits>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/escaping.h"
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "fmt/format.h"
 
 namespace lazypin {
+namespace {
 
-absl::string_view ModeName(Mode mode) {
+constexpr const char* kSizeAccepts =
+    "accepts a size in bytes with an optional K, M, G or T suffix (512M, 8G) or a percentage of "
+    "RAM from 1% to 100% (25%)";
+
+std::string_view Strip(std::string_view t) {
+  while (!t.empty() && std::isspace(static_cast<unsigned char>(t.front()))) t.remove_prefix(1);
+  while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.remove_suffix(1);
+  return t;
+}
+
+std::string Lower(std::string_view t) {
+  std::string out(Strip(t));
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// Digits only, at most 19 of them (so the value fits in 63 bits).
+std::optional<uint64_t> Digits(std::string_view t) {
+  if (t.empty() || t.size() > 19) return std::nullopt;
+  uint64_t v = 0;
+  for (char c : t) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) return std::nullopt;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  return v;
+}
+
+// The value as shown in a message: printable ASCII, escaped, at most 80 bytes.
+std::string Shown(const char* raw) {
+  std::string out;
+  for (const char* p = raw; *p != '\0' && out.size() < 80; ++p) {
+    const unsigned char c = static_cast<unsigned char>(*p);
+    if (c == '"' || c == '\\') out += fmt::format("\\{}", static_cast<char>(c));
+    else if (c < 0x20 || c >= 0x7f) out += fmt::format("\\x{:02x}", c);
+    else out.push_back(static_cast<char>(c));
+  }
+  return out;
+}
+
+}  // namespace
+
+const char* ModeName(Mode mode) {
   switch (mode) {
     case Mode::kOff: return "off";
     case Mode::kLog: return "log";
@@ -21,66 +60,57 @@ absl::string_view ModeName(Mode mode) {
   return "log";
 }
 
-absl::StatusOr<Mode> ParseMode(absl::string_view text) {
-  std::string t = absl::AsciiStrToLower(absl::StripAsciiWhitespace(text));
+std::optional<Mode> ParseMode(std::string_view text) {
+  const std::string t = Lower(text);
   if (t == "off") return Mode::kOff;
   if (t == "log") return Mode::kLog;
   if (t == "defer") return Mode::kDefer;
-  return absl::InvalidArgumentError("accepts off, log or defer");
+  return std::nullopt;
 }
 
-absl::StatusOr<bool> ParseBool(absl::string_view text) {
-  std::string t = absl::AsciiStrToLower(absl::StripAsciiWhitespace(text));
+std::optional<bool> ParseBool(std::string_view text) {
+  const std::string t = Lower(text);
   if (t == "1" || t == "yes" || t == "true" || t == "on") return true;
   if (t == "0" || t == "no" || t == "false" || t == "off") return false;
-  return absl::InvalidArgumentError("accepts 0 or 1");
+  return std::nullopt;
 }
 
-absl::StatusOr<int64_t> ParseCount(absl::string_view text, int64_t max) {
-  absl::string_view t = absl::StripAsciiWhitespace(text);
-  int64_t v = 0;
-  if (t.empty() || !std::isdigit(static_cast<unsigned char>(t[0])) || !absl::SimpleAtoi(t, &v) ||
-      v < 0 || v > max) {
-    return absl::InvalidArgumentError(absl::StrCat("accepts a whole number from 0 to ", max));
-  }
-  return v;
+std::optional<int64_t> ParseCount(std::string_view text, int64_t max) {
+  const std::optional<uint64_t> v = Digits(Strip(text));
+  if (!v || *v > static_cast<uint64_t>(max)) return std::nullopt;
+  return static_cast<int64_t>(*v);
 }
 
-absl::StatusOr<uint64_t> ParseSize(absl::string_view text, uint64_t physical_ram) {
-  const auto bad = [] {
-    return absl::InvalidArgumentError(
-        "accepts a size in bytes with an optional K, M, G or T suffix (512M, 8G) or a "
-        "percentage of RAM from 1% to 100% (25%)");
-  };
-  absl::string_view t = absl::StripAsciiWhitespace(text);
+std::optional<uint64_t> ParseSize(std::string_view text, uint64_t physical_ram) {
+  const std::string_view t = Strip(text);
   size_t digits = 0;
   while (digits < t.size() && std::isdigit(static_cast<unsigned char>(t[digits]))) ++digits;
-  if (digits == 0 || digits > 19) return bad();
-  uint64_t number = 0;
-  if (!absl::SimpleAtoi(t.substr(0, digits), &number)) return bad();
-  std::string suffix = absl::AsciiStrToUpper(t.substr(digits));
+  const std::optional<uint64_t> number = Digits(t.substr(0, digits));
+  if (!number) return std::nullopt;
+  std::string suffix(t.substr(digits));  // no space allowed between number and unit
+  for (char& c : suffix) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (suffix == "%") {
-    if (number < 1 || number > 100) return bad();
-    return physical_ram / 100 * number + physical_ram % 100 * number / 100;  // floor(ram*n/100)
+    if (*number < 1 || *number > 100) return std::nullopt;
+    return static_cast<uint64_t>(static_cast<unsigned __int128>(physical_ram) * *number / 100);
   }
-  if (suffix.size() >= 2 && suffix.substr(suffix.size() - 2) == "IB") suffix.resize(suffix.size() - 2);
-  else if (suffix.size() >= 2 && suffix.back() == 'B') suffix.pop_back();
+  if (suffix.size() >= 2 && suffix.compare(suffix.size() - 2, 2, "ib") == 0) suffix.resize(suffix.size() - 2);
+  else if (suffix.size() >= 2 && suffix.back() == 'b') suffix.pop_back();
   int shift = 0;
-  if (suffix.empty() || suffix == "B") shift = 0;
-  else if (suffix == "K") shift = 10;
-  else if (suffix == "M") shift = 20;
-  else if (suffix == "G") shift = 30;
-  else if (suffix == "T") shift = 40;
-  else return bad();
-  if (number > (std::numeric_limits<uint64_t>::max() >> shift)) return bad();
-  return number << shift;
+  if (suffix.empty() || suffix == "b") shift = 0;
+  else if (suffix == "k") shift = 10;
+  else if (suffix == "m") shift = 20;
+  else if (suffix == "g") shift = 30;
+  else if (suffix == "t") shift = 40;
+  else return std::nullopt;
+  if (*number > (std::numeric_limits<uint64_t>::max() >> shift)) return std::nullopt;
+  return *number << shift;
 }
 
-std::string ExpandLogPath(absl::string_view pattern, int pid) {
+std::string ExpandLogPath(std::string_view pattern, int pid) {
   std::string out;
   for (size_t i = 0; i < pattern.size(); ++i) {
     if (pattern[i] == '%' && i + 1 < pattern.size()) {
-      if (pattern[i + 1] == 'p') { absl::StrAppend(&out, pid); ++i; continue; }
+      if (pattern[i + 1] == 'p') { out += std::to_string(pid); ++i; continue; }
       if (pattern[i + 1] == '%') { out.push_back('%'); ++i; continue; }
     }
     out.push_back(pattern[i]);
@@ -94,36 +124,30 @@ ParsedConfig ParseConfig(const std::function<const char*(const char*)>& getenv,
   Config& c = parsed.config;
   c.pool_bytes = physical_ram / 4;
 
-  // Each variable: if set, parse; on error record "VAR=value: what it accepts; using default".
-  const auto apply = [&](const char* name, auto parse, auto& field, std::string shown_default) {
+  // Each variable: if set, parse; else keep the default. A bad value is one
+  // message: "VAR=value ignored: what it accepts; using the default".
+  const auto apply = [&](const char* name, auto parse, auto& field, const char* accepts,
+                         const char* shown_default) {
     const char* raw = getenv(name);
     if (raw == nullptr) return;
-    auto value = parse(absl::string_view(raw));
-    if (value.ok()) {
-      field = *value;
+    auto value = parse(std::string_view(raw));
+    if (value) {
+      field = static_cast<std::remove_reference_t<decltype(field)>>(*value);
     } else {
-      parsed.errors.push_back(absl::StrFormat("lazypin: %s=\"%s\" ignored: %s; using %s", name,
-                                              absl::CHexEscape(raw).substr(0, 80),
-                                              value.status().message(), shown_default));
+      parsed.errors.push_back(fmt::format("lazypin: {}=\"{}\" ignored: {}; using {}", name,
+                                          Shown(raw), accepts, shown_default));
     }
   };
-  apply("LAZYPIN_MODE", ParseMode, c.mode, "log");
-  apply("LAZYPIN_SUMMARY", ParseBool, c.summary, "1");
-  apply("LAZYPIN_CHECK_PFN", ParseBool, c.check_pfn, "0");
-  apply("LAZYPIN_RELEASE_AT_EXIT", ParseBool, c.release_at_exit, "0");
-  apply("LAZYPIN_POOL_BYTES", [&](absl::string_view t) { return ParseSize(t, physical_ram); },
-        c.pool_bytes, "25% of RAM");
-  uint64_t entries = c.pool_entries;
-  apply("LAZYPIN_POOL_ENTRIES",
-        [](absl::string_view t) -> absl::StatusOr<uint64_t> {
-          auto v = ParseCount(t, int64_t{1} << 30);
-          if (!v.ok()) return v.status();
-          return static_cast<uint64_t>(*v);
-        },
-        entries, "65536");
-  c.pool_entries = entries;
-  apply("LAZYPIN_IDLE_MS", [](absl::string_view t) { return ParseCount(t, int64_t{1} << 40); },
-        c.idle_ms, "10000");
+  apply("LAZYPIN_MODE", ParseMode, c.mode, "accepts off, log or defer", "log");
+  apply("LAZYPIN_SUMMARY", ParseBool, c.summary, "accepts 0 or 1", "1");
+  apply("LAZYPIN_CHECK_PFN", ParseBool, c.check_pfn, "accepts 0 or 1", "0");
+  apply("LAZYPIN_RELEASE_AT_EXIT", ParseBool, c.release_at_exit, "accepts 0 or 1", "0");
+  apply("LAZYPIN_POOL_BYTES", [&](std::string_view t) { return ParseSize(t, physical_ram); },
+        c.pool_bytes, kSizeAccepts, "25% of RAM");
+  apply("LAZYPIN_POOL_ENTRIES", [](std::string_view t) { return ParseCount(t, int64_t{1} << 30); },
+        c.pool_entries, "accepts a whole number from 0 to 1073741824", "65536");
+  apply("LAZYPIN_IDLE_MS", [](std::string_view t) { return ParseCount(t, int64_t{1} << 40); },
+        c.idle_ms, "accepts a whole number from 0 to 1099511627776", "10000");
   if (const char* log = getenv("LAZYPIN_LOG")) {
     if (*log == '\0') {
       parsed.errors.push_back(

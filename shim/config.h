@@ -5,16 +5,15 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
-
-#include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
 
 namespace lazypin {
 
 enum class Mode { kOff, kLog, kDefer };
-absl::string_view ModeName(Mode mode);
+const char* ModeName(Mode mode);
 
 struct Config {
   Mode mode = Mode::kLog;
@@ -38,14 +37,15 @@ struct ParsedConfig {
 ParsedConfig ParseConfig(const std::function<const char*(const char*)>& getenv,
                          uint64_t physical_ram);
 
-// Parsers for single values, exposed for tests. Sizes accept a plain number of
-// bytes, a number with K/M/G/T (binary, optional trailing B or iB), or N% of RAM.
-absl::StatusOr<uint64_t> ParseSize(absl::string_view text, uint64_t physical_ram);
-absl::StatusOr<int64_t> ParseCount(absl::string_view text, int64_t max);
-absl::StatusOr<bool> ParseBool(absl::string_view text);
-absl::StatusOr<Mode> ParseMode(absl::string_view text);
+// Parsers for single values (empty when the text is not acceptable), exposed
+// for tests. Sizes accept a plain number of bytes, a number with K/M/G/T
+// (binary, optional trailing B or iB), or N% of RAM.
+std::optional<uint64_t> ParseSize(std::string_view text, uint64_t physical_ram);
+std::optional<int64_t> ParseCount(std::string_view text, int64_t max);
+std::optional<bool> ParseBool(std::string_view text);
+std::optional<Mode> ParseMode(std::string_view text);
 
 // Expands %p in a log path to the pid (%% to a literal %).
-std::string ExpandLogPath(absl::string_view pattern, int pid);
+std::string ExpandLogPath(std::string_view pattern, int pid);
 
 }  // namespace lazypin

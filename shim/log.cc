@@ -10,11 +10,11 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <chrono>
 #include <mutex>
 
-#include "absl/time/time.h"
 
-#include "absl/strings/str_cat.h"
+#include "fmt/format.h"
 #include "spdlog/async.h"
 #include "spdlog/async_logger.h"
 #include "spdlog/details/null_mutex.h"
@@ -79,8 +79,8 @@ std::unique_ptr<Log> Log::Open(const std::string& path, std::string* error) {
     struct stat st;
     if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid())) {
       ::close(fd);
-      *error = absl::StrCat("lazypin: LAZYPIN_LOG=", path,
-                            " is not a regular file owned by this user; not writing a log file");
+      *error = fmt::format("lazypin: LAZYPIN_LOG={} is not a regular file owned by this user; "
+                           "not writing a log file", path);
       return nullptr;
     }
     if (fd >= 0 && ftruncate(fd, 0) != 0) {
@@ -89,9 +89,9 @@ std::unique_ptr<Log> Log::Open(const std::string& path, std::string* error) {
     }
   }
   if (fd < 0) {
-    *error = absl::StrCat("lazypin: cannot open log file ", path, ": ", strerror(errno),
-                          errno == ELOOP ? " (it is a symbolic link)" : "",
-                          "; not writing a log file (LAZYPIN_LOG accepts a writable path)");
+    *error = fmt::format("lazypin: cannot open log file {}: {}{}; not writing a log file "
+                         "(LAZYPIN_LOG accepts a writable path)", path, strerror(errno),
+                         errno == ELOOP ? " (it is a symbolic link)" : "");
     return nullptr;
   }
   return std::unique_ptr<Log>(new Log(fd, path));
@@ -118,19 +118,20 @@ Log::Log(int fd, std::string path) : fd_(fd), path_(std::move(path)) {
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &old);  // the flusher inherits the mask
   flusher_ = std::thread([this] {
-    absl::MutexLock lock(&flusher_mu_);
-    while (!flusher_mu_.AwaitWithTimeout(absl::Condition(&stop_flusher_), absl::Milliseconds(10))) {
-      flusher_mu_.Unlock();
+    std::unique_lock<std::mutex> lock(flusher_mu_);
+    while (!flusher_wake_.wait_for(lock, std::chrono::milliseconds(10),
+                                   [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stop_flusher_; })) {
+      lock.unlock();
       Flush();
-      flusher_mu_.Lock();
+      lock.lock();
     }
   });
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
-void Log::Write(absl::string_view line) {
+void Log::Write(std::string_view line) {
   if (closed_.load(std::memory_order_acquire)) return;
-  absl::MutexLock lock(&batch_mu_);
+  std::lock_guard<std::mutex> lock(batch_mu_);
   if (batch_.capacity() == 0) batch_.reserve(1 << 16);
   batch_.append(line.data(), line.size());
   batch_.push_back('\n');
@@ -139,7 +140,7 @@ void Log::Write(absl::string_view line) {
 void Log::Flush() {
   std::string chunk;
   {
-    absl::MutexLock lock(&batch_mu_);
+    std::lock_guard<std::mutex> lock(batch_mu_);
     if (batch_.empty()) return;
     chunk.reserve(1 << 16);
     chunk.swap(batch_);
@@ -154,9 +155,10 @@ void Log::Close() {
   // Write() while the process exits, and the thread dies with the process.
   if (closed_.exchange(true)) return;
   {
-    absl::MutexLock lock(&flusher_mu_);
+    std::lock_guard<std::mutex> lock(flusher_mu_);
     stop_flusher_ = true;
   }
+  flusher_wake_.notify_all();
   if (flusher_.joinable()) flusher_.join();
   Flush();
   WaitDrained(5000);
@@ -165,13 +167,13 @@ void Log::Close() {
 void Log::DrainFromSignal(int timeout_ms) {
   WaitDrained(timeout_ms);
   // Only if no thread was interrupted while adding to the batch.
-  if (batch_mu_.TryLock()) {
+  if (batch_mu_.try_lock()) {
     if (!batch_.empty()) {
       batch_.pop_back();
       WriteDirect(batch_);
       batch_.clear();
     }
-    batch_mu_.Unlock();
+    batch_mu_.unlock();
   }
 }
 
@@ -183,7 +185,7 @@ void Log::WaitDrained(int timeout_ms) const {
   }
 }
 
-void Log::WriteDirect(absl::string_view line) {
+void Log::WriteDirect(std::string_view line) {
   if (failed_errno_.load(std::memory_order_relaxed) != 0) return;
   if (!WriteAll(fd_, line.data(), line.size(), &offset_, size_limit_) ||
       !WriteAll(fd_, "\n", 1, &offset_, size_limit_)) {

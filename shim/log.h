@@ -13,8 +13,11 @@
 #include <string>
 #include <thread>
 
-#include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
+#include <condition_variable>
+#include <mutex>
+#include <string_view>
+
+#include "absl/base/thread_annotations.h"
 
 namespace spdlog {
 class async_logger;
@@ -31,14 +34,14 @@ class Log {
   static std::unique_ptr<Log> Open(const std::string& path, std::string* error);
 
   // Adds one record (no newline) to the batch.
-  void Write(absl::string_view line);
+  void Write(std::string_view line);
   // Writes all queued records; later Write()s are dropped. Idempotent.
   void Close();
   // From a signal handler: waits up to `timeout_ms` for the writer to catch
   // up, then writes the batch directly if no thread is adding to it.
   void DrainFromSignal(int timeout_ms);
   // Writes one line directly, bypassing the queue (signal handlers, after Close).
-  void WriteDirect(absl::string_view line);
+  void WriteDirect(std::string_view line);
 
   // Set once a write failed (disk full, file size limit): the error, else empty.
   std::string failure() const;
@@ -60,9 +63,10 @@ class Log {
   std::atomic<bool> closed_{false};
   std::shared_ptr<spdlog::details::thread_pool> pool_;
   std::shared_ptr<spdlog::async_logger> logger_;
-  absl::Mutex batch_mu_;
+  std::mutex batch_mu_;
   std::string batch_ ABSL_GUARDED_BY(batch_mu_);
-  absl::Mutex flusher_mu_;
+  std::mutex flusher_mu_;
+  std::condition_variable flusher_wake_;
   bool stop_flusher_ ABSL_GUARDED_BY(flusher_mu_) = false;
   std::thread flusher_;
 };

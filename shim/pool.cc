@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "absl/strings/str_format.h"
+#include "fmt/format.h"
 
 namespace lazypin {
 namespace {
@@ -66,12 +66,8 @@ bool Pool::RangeQuiet(uintptr_t lo, uintptr_t hi) const {
   return true;
 }
 
-void Pool::AwaitQuiet(uintptr_t lo, uintptr_t hi) {
-  struct Args { const Pool* pool; uintptr_t lo, hi; };
-  Args args{this, lo, hi};
-  mu_.Await(absl::Condition(
-      +[](Args* a) ABSL_NO_THREAD_SAFETY_ANALYSIS { return a->pool->RangeQuiet(a->lo, a->hi); },
-      &args));
+void Pool::AwaitQuiet(std::unique_lock<std::mutex>& lock, uintptr_t lo, uintptr_t hi) {
+  evicted_.wait(lock, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return RangeQuiet(lo, hi); });
 }
 
 void Pool::MarkDeferred(Entry& e) {
@@ -127,11 +123,14 @@ int Pool::Evict(std::vector<Victim>& victims) {
       observer_->OnEvict(v.base, v.bytes, v.reason, result, driver_->NowNs() - t0);
     }
   }
-  absl::MutexLock lock(&mu_);
-  for (const Victim& v : victims) {
-    auto it = entries_.find(v.base);
-    if (it != entries_.end() && it->second.state == State::kEvicting) Erase(it);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Victim& v : victims) {
+      auto it = entries_.find(v.base);
+      if (it != entries_.end() && it->second.state == State::kEvicting) Erase(it);
+    }
   }
+  evicted_.notify_all();
   return static_cast<int>(victims.size());
 }
 
@@ -152,8 +151,8 @@ Outcome Pool::Register(const RegisterRequest& req, absl::FunctionRef<int()> forw
   std::vector<Victim> victims;
   bool forward_only = false;
   {
-    absl::MutexLock lock(&mu_);
-    AwaitQuiet(page_lo, page_hi);
+    std::unique_lock<std::mutex> lock(mu_);
+    AwaitQuiet(lock, page_lo, page_hi);
     bool in_use_overlap = false;
     Map::iterator exact = entries_.end();
     for (auto it = FirstOverlap(page_lo); it != entries_.end() && it->first < page_hi; ++it) {
@@ -180,8 +179,8 @@ Outcome Pool::Register(const RegisterRequest& req, absl::FunctionRef<int()> forw
         return Outcome{kCudaSuccess, Action::kHit, 0};
       }
       if (observer_ != nullptr) {
-        observer_->OnWarning(absl::StrFormat(
-            "LAZYPIN_CHECK_PFN: the physical pages behind 0x%x (%d bytes) changed since they "
+        observer_->OnWarning(fmt::format(
+            "LAZYPIN_CHECK_PFN: the physical pages behind {:#x} ({} bytes) changed since they "
             "were registered; a hook missed memory leaving the process. Treated as a miss.",
             e.base, e.bytes));
       }
@@ -208,7 +207,7 @@ Outcome Pool::Register(const RegisterRequest& req, absl::FunctionRef<int()> forw
 
   Entry entry{req.ptr, req.bytes, req.flags, req.ctx, req.device, State::kInUse, 0, 0, {}};
   if (limits_.check_frames) driver_->ReadFrames(req.ptr, req.bytes, &entry.frames);
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   // The driver just accepted this range, so any entry still overlapping it is
   // stale (its context was torn down behind our back): forget it.
   for (auto it = FirstOverlap(lo); it != entries_.end() && it->first < hi;) {
@@ -228,8 +227,8 @@ Outcome Pool::Unregister(uintptr_t ptr, absl::FunctionRef<int()> forward) {
   Entry taken{};
   bool took = false, deferred = false;
   {
-    absl::MutexLock lock(&mu_);
-    AwaitQuiet(ptr, ptr + 1);
+    std::unique_lock<std::mutex> lock(mu_);
+    AwaitQuiet(lock, ptr, ptr + 1);
     auto it = FirstOverlap(ptr);
     const bool contains = it != entries_.end() && it->first <= ptr;
     if (contains && it->second.state == State::kInUse && it->first == ptr) {
@@ -256,7 +255,7 @@ Outcome Pool::Unregister(uintptr_t ptr, absl::FunctionRef<int()> forward) {
   out.result = forward();
   if (took && out.result != kCudaSuccess) {
     // The driver kept it: so do we.
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     entries_.emplace(taken.base, std::move(taken));
   }
   return out;
@@ -266,8 +265,8 @@ int Pool::Invalidate(uintptr_t lo, uintptr_t hi, EvictReason reason) {
   if (abandoned_.load(std::memory_order_relaxed) || hi <= lo) return 0;
   std::vector<Victim> victims;
   {
-    absl::MutexLock lock(&mu_);
-    AwaitQuiet(lo, hi);
+    std::unique_lock<std::mutex> lock(mu_);
+    AwaitQuiet(lock, lo, hi);
     for (auto it = FirstOverlap(lo); it != entries_.end() && it->first < hi; ++it) {
       if (it->second.state == State::kDeferred) TakeVictim(it->second, reason, &victims);
     }
@@ -279,7 +278,7 @@ int Pool::DropContext(Context ctx) {
   if (abandoned_.load(std::memory_order_relaxed)) return 0;
   std::vector<Victim> victims;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     for (auto it = entries_.begin(); it != entries_.end();) {
       Entry& e = it->second;
       if (e.ctx == ctx && e.state == State::kInUse) {
@@ -299,7 +298,7 @@ int Pool::DropDevice(int device, bool forget_in_use) {
   if (abandoned_.load(std::memory_order_relaxed)) return 0;
   std::vector<Victim> victims;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     for (auto it = entries_.begin(); it != entries_.end();) {
       Entry& e = it->second;
       if (e.device == device && e.state == State::kInUse && forget_in_use) {
@@ -320,7 +319,7 @@ int Pool::CollectIdle(int64_t idle_ns) {
   const int64_t cutoff = driver_->NowNs() - idle_ns;
   std::vector<Victim> victims;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     // LRU order is deferral order, so the idle ones are a prefix.
     while (!lru_.empty()) {
       Entry& e = entries_.find(lru_.begin()->second)->second;
@@ -335,7 +334,7 @@ int Pool::ReleaseAll(EvictReason reason) {
   if (abandoned_.load(std::memory_order_relaxed)) return 0;
   std::vector<Victim> victims;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     while (!lru_.empty()) {
       TakeVictim(entries_.find(lru_.begin()->second)->second, reason, &victims);
     }
@@ -349,7 +348,7 @@ void Pool::AbandonAfterFork() {
 }
 
 PoolCounters Pool::Counters() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return counters_;
 }
 

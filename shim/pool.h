@@ -18,6 +18,8 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -25,7 +27,7 @@
 
 #include "absl/container/btree_map.h"
 #include "absl/functional/function_ref.h"
-#include "absl/synchronization/mutex.h"
+#include "absl/base/thread_annotations.h"
 #include "granule_filter.h"
 
 namespace lazypin {
@@ -155,7 +157,7 @@ class Pool {
   // so their ends are sorted like their bases).
   Map::iterator FirstOverlap(uintptr_t lo) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool RangeQuiet(uintptr_t lo, uintptr_t hi) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void AwaitQuiet(uintptr_t lo, uintptr_t hi) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AwaitQuiet(std::unique_lock<std::mutex>& lock, uintptr_t lo, uintptr_t hi);
   void MarkDeferred(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnmarkDeferred(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Map::iterator Erase(Map::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -170,7 +172,8 @@ class Pool {
   PoolObserver* const observer_;
   const PoolLimits limits_;
 
-  mutable absl::Mutex mu_;
+  mutable std::mutex mu_;
+  std::condition_variable evicted_;  // an eviction finished: AwaitQuiet looks again
   Map entries_ ABSL_GUARDED_BY(mu_);
   absl::btree_map<uint64_t, uintptr_t> lru_ ABSL_GUARDED_BY(mu_);  // key -> base, deferred only
   uint64_t next_lru_key_ ABSL_GUARDED_BY(mu_) = 1;

@@ -14,8 +14,6 @@
 #include <atomic>
 #include <mutex>
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "collector.h"
 #include "fmt/format.h"
 #include "cuda.h"
@@ -55,7 +53,7 @@ int ThreadId() {
   return t_tid;
 }
 
-std::string JsonString(absl::string_view s) {
+std::string JsonString(std::string_view s) {
   std::string out = "\"";
   for (unsigned char c : s) {
     switch (c) {
@@ -64,7 +62,7 @@ std::string JsonString(absl::string_view s) {
       case '\n': out += "\\n"; break;
       case '\t': out += "\\t"; break;
       default:
-        if (c < 0x20) absl::StrAppend(&out, absl::StrFormat("\\u%04x", c));
+        if (c < 0x20) out += fmt::format("\\u{:04x}", c);
         else out.push_back(static_cast<char>(c));
     }
   }
@@ -191,7 +189,7 @@ void Shim::Init() {
   if (config_.mode == Mode::kOff) return;  // g_shim stays null: every hook passes through
 
   if (config_.log_path.empty()) {
-    config_.log_path = absl::StrCat("lazypin-", program_invocation_short_name, "-%p.jsonl");
+    config_.log_path = fmt::format("lazypin-{}-%p.jsonl", program_invocation_short_name);
   }
   std::string error;
   log_ = Log::Open(ExpandLogPath(config_.log_path, getpid()), &error);
@@ -201,15 +199,15 @@ void Shim::Init() {
     std::string why;
     if (!MemoryHooksSelfTest(&why)) {
       config_.mode = Mode::kLog;
-      config_errors_.push_back(absl::StrCat(
+      config_errors_.push_back(fmt::format(
           "lazypin: LAZYPIN_MODE=defer turned off, logging only: the memory hooks' self-test "
-          "failed (", why, ")"));
+          "failed ({})", why));
       fprintf(stderr, "%s\n", config_errors_.back().c_str());
     }
   }
   WriteHeader();
   for (const std::string& e : config_errors_) {
-    if (log_) log_->Write(absl::StrFormat(R"({"type":"warning","t_ns":0,"message":%s})", JsonString(e)));
+    if (log_) log_->Write(fmt::format(R"({{"type":"warning","t_ns":0,"message":{}}})", JsonString(e)));
   }
   if (config_.mode == Mode::kDefer) {
     PoolLimits limits;
@@ -252,7 +250,7 @@ void Shim::WriteHeader() {
   for (size_t i = 0; i < cmdline.size();) {
     const size_t end = cmdline.find('\0', i);
     const size_t stop = end == std::string::npos ? cmdline.size() : end;
-    absl::StrAppend(&argv, argv.empty() ? "" : ",", JsonString(cmdline.substr(i, stop - i)));
+    argv += (argv.empty() ? "" : ",") + JsonString(cmdline.substr(i, stop - i));
     i = stop + 1;
   }
   char exe[4096];
@@ -262,10 +260,10 @@ void Shim::WriteHeader() {
   if (auto get_version = DriverFn(g_driver_get_version, "cuDriverGetVersion")) {
     if (get_version(&driver_version) != CUDA_SUCCESS) driver_version = 0;
   }
-  log_->Write(absl::StrFormat(
-      R"({"type":"header","format":1,"lazypin":"%s","pid":%d,"exe":%s,"argv":[%s],"mode":"%s",)"
-      R"("start_unix_ns":%d,"driver_version":%d,"config":{"mode":"%s","log":%s,"summary":%s,)"
-      R"("pool_bytes":%d,"pool_entries":%d,"idle_ms":%d,"check_pfn":%s,"release_at_exit":%s}})",
+  log_->Write(fmt::format(
+      R"({{"type":"header","format":1,"lazypin":"{}","pid":{},"exe":{},"argv":[{}],"mode":"{}",)"
+      R"("start_unix_ns":{},"driver_version":{},"config":{{"mode":"{}","log":{},"summary":{},)"
+      R"("pool_bytes":{},"pool_entries":{},"idle_ms":{},"check_pfn":{},"release_at_exit":{}}}}})",
       kVersion, getpid(), JsonString(exe), argv, ModeName(config_.mode), start_unix_ns_,
       driver_version, ModeName(config_.mode), JsonString(log_->path()),
       config_.summary ? "true" : "false", config_.pool_bytes, config_.pool_entries,
@@ -292,15 +290,15 @@ void Shim::Record(Api api, Via via, void* ptr, size_t bytes, unsigned flags, int
                  R"("bytes":{},"flags":{},"result":{},"latency_ns":{},"action":"{}","evicted":{}}})",
                  Now(), ThreadId(), ApiName(api), ViaName(via), ptr, bytes, flags, result,
                  latency_ns, ActionName(action), evicted);
-  log_->Write(absl::string_view(line.data(), line.size()));
+  log_->Write(std::string_view(line.data(), line.size()));
 }
 
 void Shim::RecordEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result,
                        int64_t latency_ns) {
   stats_.RecordEvict(latency_ns);
   if (!log_) return;
-  log_->Write(absl::StrFormat(
-      R"({"type":"evict","t_ns":%d,"tid":%d,"ptr":"%p","bytes":%d,"reason":"%s","result":%d,"latency_ns":%d})",
+  log_->Write(fmt::format(
+      R"({{"type":"evict","t_ns":{},"tid":{},"ptr":"{}","bytes":{},"reason":"{}","result":{},"latency_ns":{}}})",
       Now(), ThreadId(), reinterpret_cast<void*>(ptr), bytes, EvictReasonName(reason), result,
       latency_ns));
 }
@@ -308,8 +306,8 @@ void Shim::RecordEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int resu
 void Shim::Warn(const std::string& message) {
   fprintf(stderr, "lazypin: %s\n", message.c_str());
   if (log_) {
-    log_->Write(absl::StrFormat(R"({"type":"warning","t_ns":%d,"message":%s})", Now(),
-                                JsonString(message)));
+    log_->Write(fmt::format(R"({{"type":"warning","t_ns":{},"message":{}}})", Now(),
+                            JsonString(message)));
   }
 }
 
@@ -419,8 +417,8 @@ void Shim::AtExit(const char* ended_by) {
     log_->Close();
     const std::string failure = log_->failure();
     log_note = failure.empty()
-                   ? absl::StrCat("lazypin: log: ", log_->path(), "\n")
-                   : absl::StrCat("lazypin: log ", log_->path(), " is incomplete: ", failure, "\n");
+                   ? fmt::format("lazypin: log: {}\n", log_->path())
+                   : fmt::format("lazypin: log {} is incomplete: {}\n", log_->path(), failure);
   }
   if (config_.summary) {
     const std::string text = stats_.SummaryText(counters, pool_ != nullptr) + log_note;
@@ -451,7 +449,7 @@ void Shim::OnSignal(int sig) {
     for (const char* s = R"(,"ended_by":")"; *s; ++s) line[len++] = *s;
     for (const char* s = name; *s; ++s) line[len++] = *s;
     for (const char* s = R"("})"; *s; ++s) line[len++] = *s;
-    log_->WriteDirect(absl::string_view(line, len));
+    log_->WriteDirect(std::string_view(line, len));
   }
   g_shim.store(nullptr, std::memory_order_release);
   sigaction(sig, &g_old_action[sig], nullptr);

@@ -4,8 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "fmt/format.h"
 
 namespace lazypin {
 
@@ -84,7 +83,7 @@ const char* SizeClassName(int size_class) {
 }
 
 void Stats::RecordCall(Api api, size_t bytes, int result, int64_t latency_ns, Action action) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   by_api_[static_cast<int>(api)].Add(bytes, result, latency_ns);
   if (IsRegister(api)) {
     const int c = SizeClass(bytes);
@@ -100,13 +99,13 @@ void Stats::RecordCall(Api api, size_t bytes, int result, int64_t latency_ns, Ac
 }
 
 void Stats::RecordEvict(int64_t latency_ns) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   evict_total_ns_ += latency_ns;
   real_unregister_.Add(0, 0, latency_ns);
 }
 
 void Stats::RecordDropped() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   dropped_ += 1;
 }
 
@@ -129,72 +128,69 @@ int64_t Stats::SavedEstimateNs(const PoolCounters&) const {
 namespace {
 
 std::string CallStatsJson(const CallStats& s) {
-  return absl::StrFormat(
-      R"({"calls":%d,"errors":%d,"bytes":%d,"total_ns":%d,"p50_ns":%d,"p90_ns":%d,"p99_ns":%d,"max_ns":%d})",
+  return fmt::format(
+      R"({{"calls":{},"errors":{},"bytes":{},"total_ns":{},"p50_ns":{},"p90_ns":{},"p99_ns":{},"max_ns":{}}})",
       s.calls, s.errors, s.bytes, s.total_ns, s.latency.Percentile(0.5),
       s.latency.Percentile(0.9), s.latency.Percentile(0.99), s.latency.max());
 }
 
 std::string Human(int64_t ns) {
-  if (ns < 10'000) return absl::StrFormat("%d ns", ns);
-  if (ns < 10'000'000) return absl::StrFormat("%.1f us", ns / 1e3);
-  if (ns < 10'000'000'000) return absl::StrFormat("%.1f ms", ns / 1e6);
-  return absl::StrFormat("%.1f s", ns / 1e9);
+  if (ns < 10'000) return fmt::format("{} ns", ns);
+  if (ns < 10'000'000) return fmt::format("{:.1f} us", ns / 1e3);
+  if (ns < 10'000'000'000) return fmt::format("{:.1f} ms", ns / 1e6);
+  return fmt::format("{:.1f} s", ns / 1e9);
 }
 
 }  // namespace
 
 std::string Stats::SummaryJson(const PoolCounters& pool, int64_t t_ns, const char* ended_by) const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   std::string apis, sizes, evictions;
   for (int a = 0; a < static_cast<int>(Api::kCount); ++a) {
     if (by_api_[a].calls == 0) continue;
-    absl::StrAppend(&apis, apis.empty() ? "" : ",", "\"", ApiName(static_cast<Api>(a)), "\":",
-                    CallStatsJson(by_api_[a]));
+    apis += fmt::format("{}\"{}\":{}", apis.empty() ? "" : ",", ApiName(static_cast<Api>(a)),
+                        CallStatsJson(by_api_[a]));
   }
   for (int c = 0; c < kSizeClasses; ++c) {
     if (by_size_[c].calls == 0) continue;
-    absl::StrAppend(&sizes, sizes.empty() ? "" : ",", "\"", SizeClassName(c), "\":",
-                    CallStatsJson(by_size_[c]));
+    sizes += fmt::format("{}\"{}\":{}", sizes.empty() ? "" : ",", SizeClassName(c),
+                         CallStatsJson(by_size_[c]));
   }
   for (int r = 0; r < static_cast<int>(EvictReason::kCount); ++r) {
     if (pool.evictions[r] == 0) continue;
-    absl::StrAppend(&evictions, evictions.empty() ? "" : ",", "\"",
-                    EvictReasonName(static_cast<EvictReason>(r)), "\":", pool.evictions[r]);
+    evictions += fmt::format("{}\"{}\":{}", evictions.empty() ? "" : ",",
+                             EvictReasonName(static_cast<EvictReason>(r)), pool.evictions[r]);
   }
-  return absl::StrFormat(
-      R"({"type":"summary","t_ns":%d,"ended_by":"%s","apis":{%s},"size_classes":{%s},)"
-      R"("pool":{"hits":%d,"misses":%d,"deferred":%d,"evictions":{%s},"peak_bytes":%d,)"
-      R"("peak_entries":%d,"pooled_bytes":%d,"pooled_entries":%d,"saved_ns_est":%d},)"
-      R"("records_dropped":%d})",
+  return fmt::format(
+      R"({{"type":"summary","t_ns":{},"ended_by":"{}","apis":{{{}}},"size_classes":{{{}}},)"
+      R"("pool":{{"hits":{},"misses":{},"deferred":{},"evictions":{{{}}},"peak_bytes":{},)"
+      R"("peak_entries":{},"pooled_bytes":{},"pooled_entries":{},"saved_ns_est":{}}},)"
+      R"("records_dropped":{}}})",
       t_ns, ended_by, apis, sizes, pool.hits, pool.misses, pool.deferred, evictions,
       pool.peak_bytes, pool.peak_entries, pool.pooled_bytes, pool.pooled_entries,
       SavedEstimateNs(pool), dropped_);
 }
 
 std::string Stats::SummaryText(const PoolCounters& pool, bool defer) const {
-  absl::MutexLock lock(&mu_);
-  std::string out = absl::StrFormat("lazypin: %-22s %8s %6s %10s %10s %10s\n", "api", "calls",
-                                    "errors", "total", "p50", "p99");
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string out = fmt::format("lazypin: {:<22} {:>8} {:>6} {:>10} {:>10} {:>10}\n", "api",
+                                "calls", "errors", "total", "p50", "p99");
   for (int a = 0; a < static_cast<int>(Api::kCount); ++a) {
     const CallStats& s = by_api_[a];
     if (s.calls == 0) continue;
-    absl::StrAppend(&out, absl::StrFormat("lazypin: %-22s %8d %6d %10s %10s %10s\n",
-                                          ApiName(static_cast<Api>(a)), s.calls, s.errors,
-                                          Human(s.total_ns), Human(s.latency.Percentile(0.5)),
-                                          Human(s.latency.Percentile(0.99))));
+    out += fmt::format("lazypin: {:<22} {:>8} {:>6} {:>10} {:>10} {:>10}\n",
+                       ApiName(static_cast<Api>(a)), s.calls, s.errors, Human(s.total_ns),
+                       Human(s.latency.Percentile(0.5)), Human(s.latency.Percentile(0.99)));
   }
   if (defer) {
     uint64_t evicted = 0;
     for (uint64_t n : pool.evictions) evicted += n;
     const uint64_t registers = pool.hits + pool.misses;
-    absl::StrAppend(
-        &out, absl::StrFormat("lazypin: pool: %d hits / %d registers (%.0f%%), %d deferred, %d "
-                              "evicted, peak %d entries / %d bytes, saved ~%s\n",
-                              pool.hits, registers,
-                              registers ? 100.0 * pool.hits / registers : 0.0, pool.deferred,
-                              evicted, pool.peak_entries, pool.peak_bytes,
-                              Human(SavedEstimateNs(pool))));
+    out += fmt::format(
+        "lazypin: pool: {} hits / {} registers ({:.0f}%), {} deferred, {} evicted, peak {} "
+        "entries / {} bytes, saved ~{}\n",
+        pool.hits, registers, registers ? 100.0 * pool.hits / registers : 0.0, pool.deferred,
+        evicted, pool.peak_entries, pool.peak_bytes, Human(SavedEstimateNs(pool)));
   }
   return out;
 }

@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <string>
 
-#include "absl/synchronization/mutex.h"
+#include <mutex>
+
+#include "absl/base/thread_annotations.h"
 #include "pool.h"
 
 namespace lazypin {
@@ -65,7 +67,7 @@ class Stats {
  private:
   int64_t SavedEstimateNs(const PoolCounters& pool) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  mutable absl::Mutex mu_;
+  mutable std::mutex mu_;
   std::array<CallStats, static_cast<int>(Api::kCount)> by_api_ ABSL_GUARDED_BY(mu_);
   std::array<CallStats, kSizeClasses> by_size_ ABSL_GUARDED_BY(mu_);
   // Real driver work, for the estimate of what the pool saved.

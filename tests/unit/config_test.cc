@@ -64,7 +64,7 @@ TEST(ConfigTest, ValidSizes) {
     EXPECT_TRUE(p.errors.empty()) << (p.errors.empty() ? "" : p.errors[0]);
     EXPECT_EQ(p.config.pool_bytes, bytes);
     auto direct = ParseSize(text, kRam);
-    ASSERT_TRUE(direct.ok());
+    ASSERT_TRUE(direct.has_value());
     EXPECT_EQ(*direct, bytes);
   }
 }
@@ -190,13 +190,13 @@ TEST(ConfigTest, ErrorMessagesEscapeAndTruncateTheValue) {
 }
 
 TEST(ConfigTest, SingleValueParsers) {
-  EXPECT_FALSE(ParseCount("", 10).ok());
-  EXPECT_FALSE(ParseCount("11", 10).ok());
+  EXPECT_FALSE(ParseCount("", 10).has_value());
+  EXPECT_FALSE(ParseCount("11", 10).has_value());
   EXPECT_EQ(*ParseCount("10", 10), 10);
   EXPECT_EQ(*ParseCount(" 7 ", 10), 7);
   EXPECT_TRUE(*ParseBool("On"));
-  EXPECT_FALSE(ParseBool("").ok());
-  EXPECT_FALSE(ParseMode("").ok());
+  EXPECT_FALSE(ParseBool("").has_value());
+  EXPECT_FALSE(ParseMode("").has_value());
   EXPECT_EQ(*ParseSize("50%", 1000), 500u);
   EXPECT_EQ(*ParseSize("33%", 1000), 330u);
 }
