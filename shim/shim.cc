@@ -313,28 +313,49 @@ void Shim::Warn(const std::string& message) {
 
 int Shim::RuntimeCall(Api api, Via via, void* ptr, size_t bytes, unsigned flags,
                       absl::FunctionRef<int()> real) {
-  t_state.runtime_depth += 1;
-  t_state.action = Action::kForward;
-  t_state.evicted = 0;
   const int64_t t0 = MonotonicNs();
-  const int result = real();
+  Outcome outcome;
+  CUcontext ctx = nullptr;
+  if (pool_ != nullptr && IsRegister(api)) {
+    if (auto get = DriverFn(g_ctx_get_current, "cuCtxGetCurrent")) get(&ctx);
+  }
+  if (pool_ != nullptr && (ctx != nullptr || !IsRegister(api))) {
+    // The pool acts here, where it can spare the program cudart's own path
+    // for a hit or a deferral. A register needs the context cudart will use:
+    // the current one (cudart uses it when there is one). Forwarded calls go
+    // through cudart, whose driver call beneath passes straight down (inside).
+    ScopedInsideLazypin inside;
+    outcome = IsRegister(api) ? PoolRegister(ptr, bytes, flags, ctx, real)
+                              : pool_->Unregister(reinterpret_cast<uintptr_t>(ptr), real);
+  } else {
+    // No pool, or a thread where cudart has not made a context current yet:
+    // the driver hook beneath acts and reports what it did.
+    t_state.runtime_depth += 1;
+    t_state.action = Action::kForward;
+    t_state.evicted = 0;
+    outcome.result = real();
+    outcome.action = t_state.action;
+    outcome.evicted = t_state.evicted;
+    t_state.runtime_depth -= 1;
+  }
   const int64_t latency = MonotonicNs() - t0;
-  t_state.runtime_depth -= 1;
   ScopedInsideLazypin inside;
-  Record(api, via, ptr, bytes, flags, result, latency, t_state.action, t_state.evicted);
+  Record(api, via, ptr, bytes, flags, outcome.result, latency, outcome.action, outcome.evicted);
   InstallExitHandlersOnce();
-  return result;
+  return outcome.result;
 }
 
-Outcome Shim::PoolRegister(void* ptr, size_t bytes, unsigned flags,
+Outcome Shim::PoolRegister(void* ptr, size_t bytes, unsigned flags, void* current,
                            absl::FunctionRef<int()> real) {
   RegisterRequest request;
   request.ptr = reinterpret_cast<uintptr_t>(ptr);
   request.bytes = bytes;
   request.flags = flags;
-  CUcontext ctx = nullptr;
+  CUcontext ctx = static_cast<CUcontext>(current);
   CUdevice device = -1;
-  if (auto get = DriverFn(g_ctx_get_current, "cuCtxGetCurrent")) get(&ctx);
+  if (ctx == nullptr) {
+    if (auto get = DriverFn(g_ctx_get_current, "cuCtxGetCurrent")) get(&ctx);
+  }
   if (auto get = DriverFn(g_ctx_get_device, "cuCtxGetDevice")) {
     if (get(&device) != CUDA_SUCCESS) device = -1;
   }
@@ -370,7 +391,7 @@ int Shim::DriverCall(Api api, Via via, void* ptr, size_t bytes, unsigned flags,
 int Shim::DriverRegister(Api api, Via via, void* ptr, size_t bytes, unsigned flags,
                          absl::FunctionRef<int()> real) {
   return DriverCall(api, via, ptr, bytes, flags, real,
-                    [&] { return PoolRegister(ptr, bytes, flags, real); });
+                    [&] { return PoolRegister(ptr, bytes, flags, nullptr, real); });
 }
 
 int Shim::DriverUnregister(Api api, Via via, void* ptr, absl::FunctionRef<int()> real) {

@@ -55,8 +55,9 @@ class Shim {
   // The pool when deferring (memory hooks only need this); else null.
   static Pool* ActivePool();
 
-  // cudaHostRegister / cudaHostUnregister: time and record the call; the pool
-  // acts in the driver hook the runtime calls beneath it.
+  // cudaHostRegister / cudaHostUnregister: time and record the call. The pool
+  // acts here when the current context is known, else in the driver hook
+  // that cudart calls beneath it.
   int RuntimeCall(Api api, Via via, void* ptr, size_t bytes, unsigned flags,
                   absl::FunctionRef<int()> real);
   // cuMemHostRegister(_v2) / cuMemHostUnregister, from the program or from cudart.
@@ -94,7 +95,9 @@ class Shim {
   // unless cudart called it (then the runtime hook records).
   int DriverCall(Api api, Via via, void* ptr, size_t bytes, unsigned flags,
                  absl::FunctionRef<int()> real, absl::FunctionRef<Outcome()> pooled);
-  Outcome PoolRegister(void* ptr, size_t bytes, unsigned flags, absl::FunctionRef<int()> real);
+  // `current`: the current context if the caller knows it, else null.
+  Outcome PoolRegister(void* ptr, size_t bytes, unsigned flags, void* current,
+                       absl::FunctionRef<int()> real);
 
   Config config_;
   std::vector<std::string> config_errors_;
