@@ -254,6 +254,26 @@ class PreloadTest(unittest.TestCase):
         for banned in ("libcudart", "libcuda.so", "libspdlog", "libfmt"):
             self.assertNotIn(banned, ldd)
 
+    def test_installed_tools_find_the_library(self):
+        prefix = os.path.join(self.dir, "prefix")
+        subprocess.run(["cmake", "--install", os.environ["BUILD_DIR"], "--prefix", prefix],
+                       check=True, capture_output=True)
+        lib = os.path.join(prefix, "lib", "liblazypin.so")
+        self.assertTrue(os.path.exists(lib))
+        env = self.env(shim=False)
+        env.pop("LAZYPIN_LOG", None)
+        out = subprocess.run([os.path.join(prefix, "bin", "lazypin"), "run", "--defer",
+                              "--log", os.path.join(self.dir, "lp-%p.jsonl"), "--",
+                              app("seed_shared"), "--repeat", "2"],
+                             env=env, cwd=self.dir, capture_output=True, text=True, timeout=120)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("1 hit / 2 registers", out.stderr)
+        log = glob.glob(os.path.join(self.dir, "lp-*.jsonl"))[0]
+        report = subprocess.run([os.path.join(prefix, "bin", "lazypin"), "report", log],
+                                capture_output=True, text=True, timeout=60)
+        self.assertEqual(report.returncode, 0, report.stderr)
+        self.assertIn("cudaHostRegister", report.stdout)
+
     def test_program_dlsym_rtld_next_still_works(self):
         # Our dlsym tail-calls glibc's, so RTLD_NEXT is still relative to the caller.
         src = os.path.join(self.dir, "next.c")
