@@ -156,7 +156,25 @@ G& g() {
   return *p;
 }
 
-thread_local std::vector<CUcontext> tls_stack;
+// The per-thread context stack. Trivially destructible on purpose: exit()
+// runs thread_local destructors before atexit handlers, and a program (or
+// cudart) may still call the driver from those, as the real driver allows.
+struct CtxStack {
+  static constexpr int kMax = 256;
+  CUcontext v[kMax];
+  int n;
+  bool empty() const { return n == 0; }
+  CUcontext& back() { return v[n - 1]; }
+  void pop_back() { --n; }
+  void push_back(CUcontext c) {
+    if (n == kMax) {
+      std::fprintf(stderr, "simcuda: context stack deeper than %d\n", kMax);
+      std::abort();
+    }
+    v[n++] = c;
+  }
+};
+thread_local CtxStack tls_stack;
 
 const size_t kPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
 

@@ -46,9 +46,9 @@ TEST(ConfigTest, ModesAreCaseInsensitive) {
     EXPECT_TRUE(p.errors.empty());
     EXPECT_EQ(p.config.mode, mode);
   }
-  EXPECT_EQ(ModeName(Mode::kDefer), "defer");
-  EXPECT_EQ(ModeName(Mode::kOff), "off");
-  EXPECT_EQ(ModeName(Mode::kLog), "log");
+  EXPECT_STREQ(ModeName(Mode::kDefer), "defer");
+  EXPECT_STREQ(ModeName(Mode::kOff), "off");
+  EXPECT_STREQ(ModeName(Mode::kLog), "log");
 }
 
 TEST(ConfigTest, ValidSizes) {

@@ -1,0 +1,452 @@
+"""Hardening (issue 7): lazypin under threads, re-entrancy, process life events,
+other allocators, hostile configuration and memory exhaustion.
+
+Programs from tests/hardening/apps/ (and testapps/) run with the shim preloaded
+on the simulated CUDA stack, which aborts loudly ("simcuda: STALE
+REGISTRATION") on any copy through a registration whose pages changed. Each
+test prints the figures it measured (FIGURE lines; docs/reliability.md quotes
+them). Known shim bugs are marked unittest.expectedFailure with the bug named.
+Environment (set by CMake): LAZYPIN_LIB, SIMCUDA_DIR, TESTAPPS_DIR, SOURCE_DIR,
+HARDENING_APPS_DIR, SIMCUDA_DRIVER. LAZYPIN_SOAK_SECONDS (default 10, at most
+30 used by default CI) sets the length of the 32-thread soaks.
+"""
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+LIB = os.environ["LAZYPIN_LIB"]
+SIM = os.environ["SIMCUDA_DIR"]
+APPS = os.environ["TESTAPPS_DIR"]
+HAPPS = os.environ["HARDENING_APPS_DIR"]
+SIM_DRIVER = os.environ.get("SIMCUDA_DRIVER", os.path.join(SIM, "libcuda.so.1"))
+SOAK = float(os.environ.get("LAZYPIN_SOAK_SECONDS", "10"))
+LIBDIR = "/usr/lib/x86_64-linux-gnu"
+JEMALLOC = os.path.join(LIBDIR, "libjemalloc.so.2")
+TCMALLOC = os.path.join(LIBDIR, "libtcmalloc_minimal.so.4")
+
+
+def figure(text):
+    sys.stderr.write("FIGURE %s\n" % text)
+    sys.stderr.flush()
+
+
+def happ(name):
+    return os.path.join(HAPPS, name)
+
+
+def tapp(name):
+    return os.path.join(APPS, name)
+
+
+def read_log(path):
+    out = []
+    with open(path, errors="replace") as f:
+        for line in f:
+            if line.strip():
+                out.append(json.loads(line))
+    return out
+
+
+class Run:
+    def __init__(self, proc, logs):
+        self.rc = proc.returncode
+        self.out = proc.stdout
+        self.err = proc.stderr
+        self.logs = logs
+        self.records = read_log(logs[0]) if logs else []
+
+    def summary(self):
+        return self.records[-1] if self.records and self.records[-1]["type"] == "summary" else None
+
+    def why(self):
+        return "rc=%s\nstdout tail:\n%s\nstderr tail:\n%s" % (self.rc, self.out[-1500:], self.err[-1500:])
+
+
+class Base(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def env(self, shim=True, preload=None, libpath=None, **extra):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LAZYPIN_")}
+        env["LD_LIBRARY_PATH"] = libpath or SIM
+        env["SIMCUDA_SLEEP"] = "0"
+        env["LAZYPIN_SUMMARY"] = "0"
+        env.pop("LD_PRELOAD", None)
+        if shim:
+            env["LD_PRELOAD"] = preload or LIB
+            env["LAZYPIN_LOG"] = os.path.join(self.dir, "lp-%p.jsonl")
+        elif preload:
+            env["LD_PRELOAD"] = preload
+        env.update({k: str(v) for k, v in extra.items()})
+        return env
+
+    def run_app(self, argv, shim=True, timeout=120, preload=None, libpath=None, **extra):
+        for old in glob.glob(os.path.join(self.dir, "lp-*.jsonl")):
+            os.unlink(old)
+        proc = subprocess.run(argv, env=self.env(shim, preload, libpath, **extra), cwd=self.dir,
+                              text=True, errors="replace", capture_output=True, timeout=timeout)
+        logs = sorted(glob.glob(os.path.join(self.dir, "lp-*.jsonl")), key=os.path.getmtime)
+        return Run(proc, logs)
+
+    def assertClean(self, run):
+        self.assertNotIn("STALE", run.err, run.why())
+        self.assertNotIn("UNEXPECTED", run.err, run.why())
+        self.assertNotIn("MISMATCH", run.err, run.why())
+        self.assertEqual(run.rc, 0, run.why())
+
+
+# --------------------------------------------------------------------- (a) --
+class Threads(Base):
+    def test_torture_32_threads_defer(self):
+        seconds = SOAK
+        run = self.run_app([tapp("torture"), "--threads", "32", "--seconds", str(seconds)],
+                           timeout=seconds * 6 + 120, LAZYPIN_MODE="defer",
+                           LAZYPIN_POOL_ENTRIES=16)
+        self.assertClean(run)
+        last = run.out.strip().splitlines()[-1]
+        self.assertTrue(last.startswith("TORTURE") and last.endswith(" ok"), last)
+        s = run.summary()
+        self.assertIsNotNone(s, "the log ends with a summary record")
+        self.assertGreater(s["pool"]["hits"], 0)
+        figure("torture threads=32 seconds=%g %s hits=%d evictions=%s" % (
+            seconds, last[len("TORTURE "):-3], s["pool"]["hits"], json.dumps(s["pool"]["evictions"])))
+
+    def test_hammer_shared_buffers_log_mode(self):
+        # Control: log mode forwards every call, so the balance always holds.
+        run = self.run_app([happ("hammer"), "--threads", "32", "--seconds", "2"],
+                           timeout=120, LAZYPIN_MODE="log")
+        self.assertClean(run)
+        figure("hammer(log) " + run.out.strip().splitlines()[-1])
+
+    @unittest.expectedFailure  # shim bug: register/unregister race in Pool::Register (see pool_race_test)
+    def test_hammer_shared_buffers_defer(self):
+        seconds = SOAK
+        run = self.run_app([happ("hammer"), "--threads", "32", "--seconds", str(seconds)],
+                           timeout=seconds * 6 + 120, LAZYPIN_MODE="defer",
+                           LAZYPIN_POOL_ENTRIES=8)
+        figure("hammer(defer) rc=%d %s" % (run.rc, (run.out.strip().splitlines() or [""])[-1]
+                                            or run.err.strip().splitlines()[-1]))
+        self.assertClean(run)
+
+    @unittest.expectedFailure  # shim bug: Pool::Register records the entry after the driver call
+    def test_pool_register_unregister_race_reproducer(self):
+        # Deterministic: another thread's unregister lands between the driver's
+        # register and the pool's bookkeeping; the next unregister then gets 0
+        # (deferred) where the driver says 713.
+        proc = subprocess.run([happ("pool_race_test")], capture_output=True, text=True, timeout=60)
+        self.assertEqual(proc.returncode, 0, proc.stdout[-2000:])
+
+
+# --------------------------------------------------------------------- (b) --
+class Reentrancy(Base):
+    def compare(self, argv, **extra):
+        bare = self.run_app(argv, shim=False)
+        self.assertEqual(bare.rc, 0, bare.why())
+        run = self.run_app(argv, LAZYPIN_MODE="defer", **extra)
+        self.assertClean(run)
+        return bare, run
+
+    def test_signal_handler_free_control(self):
+        # The handler never interrupts a CUDA call, but it frees pooled memory
+        # while the main loop may be inside the driver (cudaMemcpy).
+        run = self.run_app([happ("reentry"), "signal", "--seconds", "1"], shim=False, timeout=60)
+        self.assertClean(run)
+        figure("signal(bare) " + run.out.strip().splitlines()[0])
+
+    @unittest.expectedFailure  # shim bug: free() in a signal handler calls the driver: deadlock
+    def test_signal_handler_free_outside_lazypin(self):
+        # SIGALRM is blocked around cudaHostRegister/Unregister, so the handler
+        # interrupts only the program's own code or cudaMemcpy. lazypin's free
+        # hook then evicts the pooled registration, which calls the driver
+        # (cuCtxPushCurrent / cuMemHostUnregister) from the signal handler while
+        # the interrupted driver call holds the driver's lock: a self-deadlock.
+        try:
+            run = self.run_app([happ("reentry"), "signal", "--seconds", "1", "--block-cuda"],
+                               timeout=20, LAZYPIN_MODE="defer")
+        except subprocess.TimeoutExpired:
+            figure("signal(defer, --block-cuda): hung (deadlock in the handler's free)")
+            self.fail("hung: free() from a signal handler deadlocked")
+        figure("signal(defer, --block-cuda) " + run.out.strip()[:200])
+        self.assertClean(run)
+
+    @unittest.expectedFailure  # shim bug: free() in a handler that interrupts lazypin is not invalidated
+    def test_signal_handler_free_inside_lazypin(self):
+        # The handler may interrupt cudaHostRegister/Unregister, i.e. lazypin's
+        # own code: the thread-local "inside lazypin" guard then makes the
+        # handler's free pass through without invalidating; the chunk is
+        # munmap'd, the next malloc gets the same address, and its register is
+        # a pool hit on the old pages: the simulated driver aborts (STALE).
+        try:
+            run = self.run_app([happ("reentry"), "signal", "--seconds", "2"], timeout=30,
+                               LAZYPIN_MODE="defer")
+        except subprocess.TimeoutExpired:
+            self.fail("hung")
+        figure("signal(defer) rc=%d stale=%s %s" % (run.rc, "STALE" in run.err,
+                                                     run.out.strip()[:200]))
+        self.assertClean(run)
+
+    def test_atexit_early_handler_and_very_late_dtor(self):
+        # Free of pooled memory from an atexit handler that runs before lazypin's,
+        # and from a static destructor that runs after everything (no crash).
+        bare, run = self.compare([happ("reentry"), "atexit"])
+        self.assertIn("early-atexit freed", run.out)
+        self.assertIn("very-late static dtor freed", run.out)
+
+    @unittest.expectedFailure  # shim bug: pool abandoned at exit while the driver keeps its registrations
+    def test_atexit_late_handler_reuse_same_codes(self):
+        # A handler registered after CUDA init but before the first registration
+        # runs after lazypin's exit handler: it munmaps pooled memory, maps the
+        # same address again and registers it: 712 under lazypin, 0 without.
+        bare, run = self.compare([happ("reentry"), "atexit"])
+        self.assertEqual(run.out, bare.out)
+
+    @unittest.expectedFailure  # same bug, from a static destructor
+    def test_static_dtor_reuse_same_codes(self):
+        bare, run = self.compare([happ("reentry"), "dtor"])
+        self.assertEqual(run.out, bare.out)
+
+    def test_dlopen_dlclose_cuda_library(self):
+        argv = [happ("reentry"), "dlopen", happ("libcudalib.so")]
+        bare, run = self.compare(argv)
+        self.assertEqual(run.out, bare.out)
+        s = run.summary()
+        self.assertGreater(s["pool"]["hits"], 0)
+        figure("dlopen rounds=20 hits=%d evictions=%s" % (s["pool"]["hits"],
+                                                          json.dumps(s["pool"]["evictions"])))
+
+    def test_program_calls_free_through_rtld_next(self):
+        bare, run = self.compare([happ("reentry"), "rtldnext"])
+        self.assertEqual(run.out, bare.out)
+        s = run.summary()
+        self.assertGreaterEqual(s["pool"]["evictions"].get("free", 0), 1)
+        figure("rtldnext rounds=50 evictions=%s" % json.dumps(s["pool"]["evictions"]))
+
+
+# --------------------------------------------------------------------- (c) --
+class ProcessLife(Base):
+    def same(self, mode, **extra):
+        bare = self.run_app([happ("lifecycle"), mode], shim=False, timeout=60)
+        self.assertEqual(bare.rc, 0, bare.why())
+        run = self.run_app([happ("lifecycle"), mode], timeout=60, LAZYPIN_MODE="defer", **extra)
+        self.assertClean(run)
+        self.assertEqual(run.out, bare.out)
+        return run
+
+    def test_vfork_exec_and_exit(self):
+        run = self.same("vfork")
+        self.assertEqual(run.summary()["pool"]["hits"], 10)
+
+    def test_posix_spawn_while_registering(self):
+        run = self.same("spawn")
+        self.assertIsNotNone(run.summary())
+
+    def test_exit_from_non_main_thread(self):
+        for i in range(5):
+            run = self.same("thread-exit")
+            self.assertIsNotNone(run.summary(), "the log ends with a summary record")
+
+    def test_underscore_exit(self):
+        self.same("_exit")
+
+    def test_device_reset_mid_run(self):
+        run = self.same("reset")
+        ev = run.summary()["pool"]["evictions"]
+        self.assertGreater(ev.get("context", 0), 0, ev)
+
+
+# --------------------------------------------------------------------- (d) --
+def have(path):
+    return os.path.exists(path)
+
+
+class Allocators(Base):
+    def torture(self, preload):
+        run = self.run_app([tapp("torture"), "--threads", "4", "--seconds", "2"], preload=preload,
+                           timeout=120, LAZYPIN_MODE="defer", LAZYPIN_POOL_ENTRIES=8)
+        self.assertClean(run)
+        s = run.summary()
+        turned_off = "defer turned off" in run.err
+        if not turned_off:
+            self.assertGreater(s["pool"]["hits"], 0)
+        figure("torture LD_PRELOAD=%s: %s; %s" % (
+            ":".join(os.path.basename(p) for p in preload.split(":")),
+            run.out.strip().splitlines()[-1].split(" copies")[0],
+            "defer turned itself off (self-test)" if turned_off else
+            "hits=%d evictions=%s" % (s["pool"]["hits"], json.dumps(s["pool"]["evictions"]))))
+        return turned_off
+
+    @unittest.skipUnless(have(JEMALLOC), "libjemalloc2 not installed (scripts/setup installs it)")
+    def test_jemalloc_before_and_after(self):
+        self.assertFalse(self.torture(JEMALLOC + ":" + LIB))
+        self.assertFalse(self.torture(LIB + ":" + JEMALLOC))
+
+    @unittest.skipUnless(have(TCMALLOC), "libtcmalloc-minimal4 not installed (scripts/setup installs it)")
+    def test_tcmalloc_before_and_after(self):
+        # tcmalloc first: its munmap shadows lazypin's, so the self-test turns
+        # defer off (and says so): safe, logging only.
+        self.torture(TCMALLOC + ":" + LIB)
+        self.assertFalse(self.torture(LIB + ":" + TCMALLOC))
+
+    def test_own_mmap_allocator(self):
+        bare = self.run_app([happ("ownalloc")], shim=False)
+        self.assertEqual(bare.rc, 0, bare.why())
+        run = self.run_app([happ("ownalloc")], LAZYPIN_MODE="defer")
+        self.assertClean(run)
+        self.assertEqual(run.out, bare.out)
+        ev = run.summary()["pool"]["evictions"]
+        for reason in ("munmap", "mmap_fixed", "madvise"):
+            self.assertGreater(ev.get(reason, 0), 0, ev)
+        figure("ownalloc %s evictions=%s" % (run.out.strip().splitlines()[-1], json.dumps(ev)))
+
+
+# --------------------------------------------------------------------- (e) --
+VARIABLES = ["LAZYPIN_MODE", "LAZYPIN_LOG", "LAZYPIN_SUMMARY", "LAZYPIN_POOL_BYTES",
+             "LAZYPIN_POOL_ENTRIES", "LAZYPIN_IDLE_MS", "LAZYPIN_CHECK_PFN",
+             "LAZYPIN_RELEASE_AT_EXIT"]
+BAD_VALUES = {
+    "empty": "",
+    "negative": "-1",
+    "huge": "18446744073709551616",
+    "garbage": "x!@#$%^&*()",
+    "overflow": "99999999999999999999G",
+    "unicode": "d\u00e9fer\u2192\u221e\U0001F600",
+    "long": "9" * 10240,
+}
+
+
+class HostileConfig(Base):
+    APP = "path_runtime_shared"
+
+    def check(self, bare, run, bad_vars, label):
+        self.assertEqual(run.rc, 0, "%s: %s" % (label, run.why()))
+        self.assertEqual(run.out, bare.out, label)
+        lines = run.err.splitlines()
+        for var in bad_vars:
+            naming = [l for l in lines if var + "=" in l]
+            if var == "LAZYPIN_LOG":
+                self.assertLessEqual(len(naming), 1, (label, naming))
+            else:
+                self.assertEqual(len(naming), 1, (label, var, run.err[-2000:]))
+                self.assertIn("accepts", naming[0])
+            for l in naming:
+                self.assertLess(len(l), 400, (label, "line too long"))
+        lazypin_lines = [l for l in lines if l.startswith("lazypin")]
+        # One per bad variable, plus at most one about the log file.
+        self.assertLessEqual(len(lazypin_lines), len(bad_vars) + 1, (label, lazypin_lines[:20]))
+
+    def test_every_variable_every_bad_value(self):
+        bare = self.run_app([tapp(self.APP)], shim=False)
+        tried = 0
+        for var in VARIABLES:
+            for kind, value in BAD_VALUES.items():
+                extra = {"LAZYPIN_MODE": "defer"} if var != "LAZYPIN_MODE" else {}
+                extra[var] = value  # a bad LAZYPIN_SUMMARY means the default (1): a summary
+                run = self.run_app([tapp(self.APP)], timeout=60, **extra)
+                if var == "LAZYPIN_SUMMARY":  # drop the summary text itself
+                    run.err = "\n".join(l for l in run.err.splitlines()
+                                        if l.startswith("lazypin: LAZYPIN_") or "log" in l)
+                self.check(bare, run, [var], "%s=%s" % (var, kind))
+                tried += 1
+        for kind, value in BAD_VALUES.items():  # every variable bad at once
+            extra = {var: value for var in VARIABLES if var != "LAZYPIN_SUMMARY"}
+            run = self.run_app([tapp(self.APP)], timeout=60, **extra)
+            self.check(bare, run, [v for v in VARIABLES if v != "LAZYPIN_SUMMARY"],
+                       "all=%s" % kind)
+            tried += 1
+        figure("hostile configuration: %d runs (%d variables x %d bad values, plus %d all-at-once)"
+               % (tried, len(VARIABLES), len(BAD_VALUES), len(BAD_VALUES)))
+
+    def log_unusable(self, path, app="diffseq_shared"):
+        bare = self.run_app([tapp(app)], shim=False)
+        run = self.run_app([tapp(app)], LAZYPIN_MODE="defer", LAZYPIN_LOG=path)
+        self.assertEqual(run.rc, 0, run.why())
+        self.assertEqual(run.out, bare.out)
+        lines = [l for l in run.err.splitlines() if l.startswith("lazypin")]
+        self.assertLessEqual(len(lines), 1, lines)
+        return run
+
+    def test_log_unwritable_and_missing_directory(self):
+        for path in ("/proc/lazypin.jsonl", "/nonexistent/dir/lp.jsonl",
+                     os.path.join(self.dir, "x" * 300, "lp.jsonl")):
+            run = self.log_unusable(path)
+            self.assertIn("not writing a log file", run.err)
+
+    def test_log_on_full_tmpfs(self):
+        mnt = os.path.join(self.dir, "small")
+        os.mkdir(mnt)
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", mnt],
+                          capture_output=True).returncode != 0:
+            self.skipTest("cannot mount a tmpfs here (needs root)")
+        try:
+            # Leave about 8 KiB free: the log starts, then runs out of space.
+            with open(os.path.join(mnt, "fill"), "wb") as f:
+                try:
+                    f.write(b"\0" * (56 * 1024))
+                except OSError:
+                    pass
+            run = self.log_unusable(os.path.join(mnt, "lp.jsonl"))
+            figure("log on a full 64 KiB tmpfs: %s" % (run.err.strip().splitlines() or ["(no line)"])[-1][:160])
+            self.assertIn("incomplete", run.err)
+        finally:
+            subprocess.run(["umount", mnt], capture_output=True)
+
+
+# --------------------------------------------------------------------- (f) --
+class Exhaustion(Base):
+    """The simulated driver has no pinned-memory limit, and RLIMIT_MEMLOCK does
+    not apply to it (it registers whatever is mapped; root is not limited). A
+    stand-in libcuda.so.1 (apps/memlimit.cc) forwards to the sim and fails a
+    register with out of memory (2) past MEMLIMIT_BYTES."""
+    LIMIT = 4 << 20
+
+    def run_exhaust(self, shim, **extra):
+        libpath = os.path.join(HAPPS, "memlimit") + ":" + SIM
+        return self.run_app([happ("exhaust"), "--buffers", "4"], shim=shim, libpath=libpath,
+                            SIMCUDA_DRIVER=SIM_DRIVER, MEMLIMIT_BYTES=self.LIMIT, **extra)
+
+    @staticmethod
+    def codes(out):
+        return [l.split(" last=")[0] for l in out.splitlines()]
+
+    def test_make_room_then_driver_answer(self):
+        bare = self.run_exhaust(False)
+        self.assertEqual(bare.rc, 0, bare.why())
+        self.assertIn("phase3 register one more 5 -> 2", bare.out)
+        run = self.run_exhaust(True, LAZYPIN_MODE="defer")
+        self.assertClean(run)
+        self.assertEqual(self.codes(run.out), self.codes(bare.out))
+        ev = run.summary()["pool"]["evictions"]
+        self.assertGreater(ev.get("make_room", 0), 0, ev)
+        failed = [r for r in run.records if r["type"] == "call" and r["result"] == 2]
+        self.assertEqual(len(failed), 2)
+        figure("exhaustion: limit 4 MiB, 4 pooled buffers; make_room evictions=%d; "
+               "out-of-memory calls passed on=%d" % (ev["make_room"], len(failed)))
+
+    @unittest.expectedFailure  # shim bug: make-room retry at the runtime level leaves last error 2
+    def test_make_room_leaves_no_last_error(self):
+        bare = self.run_exhaust(False)
+        run = self.run_exhaust(True, LAZYPIN_MODE="defer")
+        self.assertEqual(run.out, bare.out)
+
+    @unittest.expectedFailure  # shim bug: one real-function slot per hooked name: layered driver recurses
+    def test_layered_driver_that_uses_dlsym(self):
+        # The stand-in driver looks up the sim's cuGetProcAddress_v2 with plain
+        # dlsym, as a naive layered driver (a tracer, a forwarding libcuda)
+        # would. lazypin hands it its hook, whose "real" is the stand-in's own
+        # getter (the first one it was offered): infinite recursion, SIGSEGV.
+        bare = self.run_exhaust(False)
+        run = self.run_exhaust(True, LAZYPIN_MODE="defer", MEMLIMIT_PLAIN_DLSYM=1)
+        self.assertEqual(run.rc, 0, run.why())
+        self.assertEqual(self.codes(run.out), self.codes(bare.out))
+
+
+if __name__ == "__main__":
+    unittest.main()
