@@ -27,7 +27,7 @@ struct HookEntry {
   const char* proc_name;  // name the getter is asked, e.g. "cuMemHostRegister"
   int min_version, max_version;  // getter cudaVersion range this entry serves
   void* (*hook)(Via via);
-  void (*offer)(Via via, void* real);
+  bool (*offer)(Via via, void* real);  // false: keep the real function, no hook
 };
 
 void* DriverSymbol(const char* name) {
@@ -77,9 +77,10 @@ using namespace lazypin;  // NOLINT: the hooks below are C symbols
     }                                                                               \
     return nullptr;                                                                 \
   }                                                                                 \
-  static void OfferReal_##NAME(Via via, void* fn) {                                 \
-    if (via == Via::kDlsym) Slot_##NAME<Via::kDlsym>().Offer(fn);                   \
-    if (via == Via::kGetProc) Slot_##NAME<Via::kGetProc>().Offer(fn);               \
+  static bool OfferReal_##NAME(Via via, void* fn) {                                 \
+    if (via == Via::kDlsym) return Slot_##NAME<Via::kDlsym>().Offer(fn);            \
+    if (via == Via::kGetProc) return Slot_##NAME<Via::kGetProc>().Offer(fn);        \
+    return false;                                                                   \
   }                                                                                 \
   template <Via V>                                                                  \
   RET Body_##NAME(Fn_##NAME real, PARAMS_##NAME)
@@ -210,7 +211,7 @@ HOOK(cuGetProcAddress_v2, CUresult,
 // ---- runtime hooks (hooks_runtime.cc) join the same table ------------------
 namespace lazypin {
 void* RuntimeHookOf(const char* name, Via via);
-void OfferRuntimeReal(const char* name, Via via, void* fn);
+bool OfferRuntimeReal(const char* name, Via via, void* fn);
 }  // namespace lazypin
 
 namespace lazypin {
@@ -219,7 +220,7 @@ namespace {
 #define ENTRY(NAME, PROC, MIN, MAX) {#NAME, PROC, MIN, MAX, &HookOf_##NAME, &OfferReal_##NAME}
 #define RUNTIME_ENTRY(NAME)                                                             \
   {#NAME, nullptr, 0, -1, [](Via via) { return RuntimeHookOf(#NAME, via); },          \
-   [](Via via, void* fn) { OfferRuntimeReal(#NAME, via, fn); }}
+   [](Via via, void* fn) { return OfferRuntimeReal(#NAME, via, fn); }}
 const HookEntry kHooks[] = {
     ENTRY(cuMemHostRegister, "cuMemHostRegister", 0, 6049),
     ENTRY(cuMemHostRegister_v2, "cuMemHostRegister", 6050, INT_MAX),
@@ -253,8 +254,7 @@ void* DlsymHooked(void* handle, const char* symbol, const HookEntry& entry) {
     // A caller loaded RTLD_LOCAL may see libcuda/libcudart where we cannot.
     fn = entry.proc_name != nullptr ? real::Driver(symbol) : real::Runtime(symbol);
   }
-  if (fn == nullptr || IsOurs(fn)) return fn;
-  entry.offer(Via::kDlsym, fn);
+  if (fn == nullptr || IsOurs(fn) || !entry.offer(Via::kDlsym, fn)) return fn;
   return entry.hook(Via::kDlsym);
 }
 
@@ -265,8 +265,7 @@ void SwapForHook(const char* symbol, int version, void** pfn) {
   for (const HookEntry& e : kHooks) {
     if (e.proc_name != nullptr && strcmp(e.proc_name, symbol) == 0 && version >= e.min_version &&
         version <= e.max_version) {
-      e.offer(Via::kGetProc, *pfn);
-      *pfn = e.hook(Via::kGetProc);
+      if (e.offer(Via::kGetProc, *pfn)) *pfn = e.hook(Via::kGetProc);
       return;
     }
   }

@@ -10,6 +10,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
@@ -119,6 +121,20 @@ size_t MappingSizeAt(const void* addr) {
 
 }  // namespace
 
+void FreeQueuedFrees() {
+  // A signal handler may queue more meanwhile: take the queue with signals blocked.
+  sigset_t all, old;
+  sigfillset(&all);
+  void* frees[ThreadState::kQueuedFrees];
+  int n;
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  n = t_state.queued_free_count;
+  for (int i = 0; i < n; ++i) frees[i] = t_state.queued_frees[i];
+  t_state.queued_free_count = 0;
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  for (int i = 0; i < n; ++i) free(frees[i]);  // through the hook: invalidates, then frees
+}
+
 bool MemoryHooksSelfTest(std::string* why) {
   real::DlsymFn dlsym_real = real::Dlsym();
   if (dlsym_real == nullptr) {
@@ -180,6 +196,21 @@ using namespace lazypin;  // NOLINT: the hooks below are C symbols
 
 LAZYPIN_EXPORT void free(void* ptr) {
   if (t_resolving) return;  // the loader's own allocation during our lookup: leak it
+  if (ptr != nullptr && t_state.inside > 0) {
+    // lazypin's own code is running on this thread, so this free comes from
+    // it (never pooled memory) or from a signal handler that interrupted it.
+    // Pooled memory must not leave before it is invalidated, and that cannot
+    // happen here: queue it for when lazypin's code returns (or keep it, if
+    // the queue is full: a leak, never a stale registration).
+    Pool* pool = Shim::ActivePool();
+    const uintptr_t lo = Addr(ptr);
+    if (pool != nullptr && pool->MaybeHolds(lo, lo + malloc_usable_size(ptr))) {
+      if (t_state.queued_free_count < ThreadState::kQueuedFrees) {
+        t_state.queued_frees[t_state.queued_free_count++] = ptr;
+      }
+      return;
+    }
+  }
   BlockLeaving(ptr, EvictReason::kFree);
   if (FreeFn real = Real(g_free, "free")) real(ptr);
 }

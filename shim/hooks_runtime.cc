@@ -65,10 +65,10 @@ void* RuntimeHookOf(const char* name, Via via) {
   return nullptr;
 }
 
-void OfferRuntimeReal(const char* name, Via via, void* fn) {
-  if (via != Via::kDlsym) return;
-  if (strcmp(name, "cudaHostRegister") == 0) RegisterSlot<Via::kDlsym>().Offer(fn);
-  else UnregisterSlot<Via::kDlsym>().Offer(fn);
+bool OfferRuntimeReal(const char* name, Via via, void* fn) {
+  if (via != Via::kDlsym) return false;
+  if (strcmp(name, "cudaHostRegister") == 0) return RegisterSlot<Via::kDlsym>().Offer(fn);
+  return UnregisterSlot<Via::kDlsym>().Offer(fn);
 }
 
 }  // namespace lazypin

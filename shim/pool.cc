@@ -59,11 +59,27 @@ Pool::Map::iterator Pool::FirstOverlap(uintptr_t lo) {
 }
 
 bool Pool::RangeQuiet(uintptr_t lo, uintptr_t hi) const {
+  for (const Range& r : inflight_) {
+    if (r.lo < hi && r.hi > lo) return false;
+  }
   auto& self = const_cast<Pool&>(*this);
   for (auto it = self.FirstOverlap(lo); it != self.entries_.end() && it->first < hi; ++it) {
     if (it->second.state == State::kEvicting) return false;
   }
   return true;
+}
+
+void Pool::EndInflight(Range range) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = inflight_.begin(); it != inflight_.end(); ++it) {
+      if (it->lo == range.lo && it->hi == range.hi) {
+        inflight_.erase(it);
+        break;
+      }
+    }
+  }
+  evicted_.notify_all();
 }
 
 void Pool::AwaitQuiet(std::unique_lock<std::mutex>& lock, uintptr_t lo, uintptr_t hi) {
@@ -92,7 +108,7 @@ void Pool::UnmarkDeferred(Entry& e) {
 }
 
 Pool::Map::iterator Pool::Erase(Map::iterator it) {
-  if (it->second.state != State::kInUse) {
+  if (it->second.state == State::kDeferred || it->second.state == State::kEvicting) {
     filter_.Remove(it->second.base, End(it->second.base, it->second.bytes));
     holding_.fetch_sub(1, std::memory_order_relaxed);
   }
@@ -140,6 +156,31 @@ bool Pool::FramesUnchanged(const Entry& e) {
   return now == e.frames;
 }
 
+const Pool::Entry* Pool::HitLocked(const RegisterRequest& req) {
+  auto it = entries_.find(req.ptr);
+  if (it == entries_.end()) return nullptr;
+  Entry& e = it->second;
+  if (e.state != State::kDeferred || e.bytes != req.bytes || e.flags != req.flags ||
+      e.ctx != req.ctx) {
+    return nullptr;
+  }
+  if (limits_.check_frames && !FramesUnchanged(e)) return nullptr;  // Register() says why
+  UnmarkDeferred(e);
+  filter_.Remove(e.base, End(e.base, e.bytes));
+  holding_.fetch_sub(1, std::memory_order_relaxed);
+  e.state = State::kInUse;
+  counters_.hits += 1;
+  return &e;
+}
+
+std::optional<Outcome> Pool::TryHit(const RegisterRequest& req) {
+  if (abandoned_.load(std::memory_order_relaxed) || Empty() || req.ptr == 0) return std::nullopt;
+  std::unique_lock<std::mutex> lock(mu_);
+  AwaitQuiet(lock, PageFloor(req.ptr), PageCeil(End(req.ptr, req.bytes)));
+  if (HitLocked(req) == nullptr) return std::nullopt;
+  return Outcome{kCudaSuccess, Action::kHit, 0};
+}
+
 Outcome Pool::Register(const RegisterRequest& req, absl::FunctionRef<int()> forward) {
   if (abandoned_.load(std::memory_order_relaxed) || req.ptr == 0 || req.bytes == 0) {
     return Outcome{forward(), Action::kForward, 0};
@@ -153,70 +194,83 @@ Outcome Pool::Register(const RegisterRequest& req, absl::FunctionRef<int()> forw
   {
     std::unique_lock<std::mutex> lock(mu_);
     AwaitQuiet(lock, page_lo, page_hi);
-    bool in_use_overlap = false;
-    Map::iterator exact = entries_.end();
+    if (HitLocked(req) != nullptr) return Outcome{kCudaSuccess, Action::kHit, 0};
     for (auto it = FirstOverlap(page_lo); it != entries_.end() && it->first < page_hi; ++it) {
       const Entry& e = it->second;
       if (e.state == State::kInUse && e.base < hi && End(e.base, e.bytes) > lo) {
-        in_use_overlap = true;
-      }
-      if (e.state == State::kDeferred && e.base == req.ptr && e.bytes == req.bytes &&
-          e.flags == req.flags && e.ctx == req.ctx) {
-        exact = it;
+        // The program's own view overlaps: the driver answers (712), as without lazypin.
+        forward_only = true;
       }
     }
-    if (in_use_overlap) {
-      // The program's own view overlaps: the driver answers (712), as without lazypin.
-      forward_only = true;
-    } else if (exact != entries_.end()) {
-      Entry& e = exact->second;
-      if (!limits_.check_frames || FramesUnchanged(e)) {
-        UnmarkDeferred(e);
-        filter_.Remove(e.base, End(e.base, e.bytes));
-        holding_.fetch_sub(1, std::memory_order_relaxed);
-        e.state = State::kInUse;
-        counters_.hits += 1;
-        return Outcome{kCudaSuccess, Action::kHit, 0};
-      }
-      if (observer_ != nullptr) {
+    for (auto it = FirstOverlap(page_lo); !forward_only && it != entries_.end() && it->first < page_hi;
+         ++it) {
+      Entry& e = it->second;
+      if (e.state != State::kDeferred) continue;
+      const bool exact = e.base == req.ptr && e.bytes == req.bytes && e.flags == req.flags &&
+                         e.ctx == req.ctx;
+      if (exact && observer_ != nullptr) {  // an exact match that HitLocked refused
         observer_->OnWarning(fmt::format(
             "LAZYPIN_CHECK_PFN: the physical pages behind {:#x} ({} bytes) changed since they "
             "were registered; a hook missed memory leaving the process. Treated as a miss.",
             e.base, e.bytes));
       }
-      TakeVictim(e, EvictReason::kPfn, &victims);
-    }
-    for (auto it = FirstOverlap(page_lo); !forward_only && it != entries_.end() && it->first < page_hi;
-         ++it) {
-      if (it->second.state == State::kDeferred) {
-        TakeVictim(it->second, EvictReason::kOverlap, &victims);
-      }
+      TakeVictim(e, exact ? EvictReason::kPfn : EvictReason::kOverlap, &victims);
     }
     counters_.misses += 1;
+    // Until the driver answers, calls on this range wait, as the driver would
+    // order them, so that none acts on a state the driver no longer has.
+    inflight_.push_back(Range{page_lo, page_hi});
   }
   // forward_only: the driver normally refuses (712); if it accepts, the
   // overlapping in-use entries were stale and the new one is recorded below.
-  Outcome out{kCudaSuccess, Action::kMiss, forward_only ? 0 : Evict(victims)};
+  Outcome out{kCudaSuccess, Action::kMiss, Evict(victims)};
   out.result = forward();
   if (!forward_only && out.result == kCudaOutOfMemory && !Empty()) {
     // Make room: release everything pooled, then try once more.
     out.evicted += ReleaseAll(EvictReason::kMakeRoom);
     out.result = forward();
   }
-  if (out.result != kCudaSuccess) return out;
-
-  Entry entry{req.ptr, req.bytes, req.flags, req.ctx, req.device, State::kInUse, 0, 0, {}};
-  if (limits_.check_frames) driver_->ReadFrames(req.ptr, req.bytes, &entry.frames);
-  std::lock_guard<std::mutex> lock(mu_);
-  // The driver just accepted this range, so any entry still overlapping it is
-  // stale (its context was torn down behind our back): forget it.
-  for (auto it = FirstOverlap(lo); it != entries_.end() && it->first < hi;) {
-    if (it->second.state == State::kEvicting) { ++it; continue; }
-    if (it->second.state == State::kDeferred) UnmarkDeferred(it->second);
-    it = Erase(it);
+  std::vector<uint64_t> frames;
+  if (out.result == kCudaSuccess && limits_.check_frames) {
+    driver_->ReadFrames(req.ptr, req.bytes, &frames);
   }
-  entries_.emplace(req.ptr, std::move(entry));
+  if (out.result == kCudaSuccess) {
+    std::lock_guard<std::mutex> lock(mu_);
+    // The driver just accepted this range, so any entry still overlapping it
+    // is stale (its context was torn down behind our back): forget it.
+    for (auto it = FirstOverlap(lo); it != entries_.end() && it->first < hi;) {
+      if (it->second.state == State::kEvicting) { ++it; continue; }
+      if (it->second.state == State::kDeferred) UnmarkDeferred(it->second);
+      it = Erase(it);
+    }
+    Entry entry{req.ptr, req.bytes, req.flags, req.ctx, req.device, State::kInUse, 0, 0, {}};
+    entry.frames = std::move(frames);
+    entries_.emplace(req.ptr, std::move(entry));
+  }
+  EndInflight(Range{page_lo, page_hi});
   return out;
+}
+
+bool Pool::DeferLocked(uintptr_t ptr, std::vector<Victim>* victims) {
+  auto it = entries_.find(ptr);
+  if (it == entries_.end() || it->second.state != State::kInUse) return false;
+  Entry& e = it->second;
+  if (e.bytes > limits_.max_bytes || limits_.max_entries == 0) return false;
+  MarkDeferred(e);
+  counters_.deferred += 1;
+  TakeOverBounds(victims);
+  return true;
+}
+
+std::optional<Outcome> Pool::TryDefer(uintptr_t ptr) {
+  if (abandoned_.load(std::memory_order_relaxed) || ptr == 0) return std::nullopt;
+  std::vector<Victim> victims;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    AwaitQuiet(lock, ptr, ptr + 1);
+    if (!DeferLocked(ptr, &victims)) return std::nullopt;
+  }
+  return Outcome{kCudaSuccess, Action::kDeferred, Evict(victims)};
 }
 
 Outcome Pool::Unregister(uintptr_t ptr, absl::FunctionRef<int()> forward) {
@@ -225,32 +279,29 @@ Outcome Pool::Unregister(uintptr_t ptr, absl::FunctionRef<int()> forward) {
   }
   std::vector<Victim> victims;
   Entry taken{};
-  bool took = false, deferred = false;
+  bool took = false;
+  const Range page{PageFloor(ptr), PageFloor(ptr) + PageSize()};
   {
     std::unique_lock<std::mutex> lock(mu_);
     AwaitQuiet(lock, ptr, ptr + 1);
+    if (DeferLocked(ptr, &victims)) {
+      lock.unlock();
+      return Outcome{kCudaSuccess, Action::kDeferred, Evict(victims)};
+    }
     auto it = FirstOverlap(ptr);
     const bool contains = it != entries_.end() && it->first <= ptr;
-    if (contains && it->second.state == State::kInUse && it->first == ptr) {
-      Entry& e = it->second;
-      if (e.bytes <= limits_.max_bytes && limits_.max_entries > 0) {
-        MarkDeferred(e);
-        counters_.deferred += 1;
-        TakeOverBounds(&victims);
-        deferred = true;
-      } else {
-        // Too large to pool: the driver does the work now.
-        taken = std::move(e);
-        took = true;
-        entries_.erase(it);
-      }
+    if (contains && it->first == ptr && it->second.state == State::kInUse) {
+      // Too large to pool: the driver does the work now.
+      taken = std::move(it->second);
+      took = true;
+      entries_.erase(it);
     } else if (contains && it->second.state == State::kDeferred) {
       // The program unregisters memory it has already unregistered: make the
       // driver's view match the program's, then let the driver answer.
       TakeVictim(it->second, EvictReason::kOverlap, &victims);
     }
+    inflight_.push_back(page);
   }
-  if (deferred) return Outcome{kCudaSuccess, Action::kDeferred, Evict(victims)};
   Outcome out{kCudaSuccess, Action::kForward, Evict(victims)};
   out.result = forward();
   if (took && out.result != kCudaSuccess) {
@@ -258,6 +309,7 @@ Outcome Pool::Unregister(uintptr_t ptr, absl::FunctionRef<int()> forward) {
     std::lock_guard<std::mutex> lock(mu_);
     entries_.emplace(taken.base, std::move(taken));
   }
+  EndInflight(page);
   return out;
 }
 

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -107,6 +108,12 @@ class Pool {
   // A program's unregister of `ptr`.
   Outcome Unregister(uintptr_t ptr, absl::FunctionRef<int()> forward);
 
+  // The two outcomes that need no driver call, for a caller (the runtime
+  // hook) that must not forward through its own path: an exact hit, or a
+  // deferral. Empty when the call needs the driver (then use the above).
+  std::optional<Outcome> TryHit(const RegisterRequest& request);
+  std::optional<Outcome> TryDefer(uintptr_t ptr);
+
   // Memory [lo, hi) leaves the process, or a pointer query touches it: really
   // unregister the deferred entries overlapping it. Returns how many.
   int Invalidate(uintptr_t lo, uintptr_t hi, EvictReason reason);
@@ -133,7 +140,12 @@ class Pool {
   PoolCounters Counters() const;
 
  private:
+  // kEvicting: lazypin's unregister on its way to the driver. Calls on an
+  // overlapping range wait for it, and for the program's calls in flight.
   enum class State { kInUse, kDeferred, kEvicting };
+  struct Range {
+    uintptr_t lo, hi;
+  };
   struct Entry {
     uintptr_t base;
     size_t bytes;
@@ -167,16 +179,25 @@ class Pool {
   // Unregisters the victims without the lock, then removes them. Returns the count.
   int Evict(std::vector<Victim>& victims) ABSL_LOCKS_EXCLUDED(mu_);
   bool FramesUnchanged(const Entry& e);
+  void EndInflight(Range range) ABSL_LOCKS_EXCLUDED(mu_);
+  // The exact-hit check and its effect; null if no hit.
+  const Entry* HitLocked(const RegisterRequest& req) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Defers the in-use entry based at `ptr` if it is poolable; false otherwise.
+  bool DeferLocked(uintptr_t ptr, std::vector<Victim>* victims) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   PoolDriver* const driver_;
   PoolObserver* const observer_;
   const PoolLimits limits_;
 
   mutable std::mutex mu_;
-  std::condition_variable evicted_;  // an eviction finished: AwaitQuiet looks again
+  std::condition_variable evicted_;  // an eviction or a register finished: AwaitQuiet looks again
   Map entries_ ABSL_GUARDED_BY(mu_);
   absl::btree_map<uint64_t, uintptr_t> lru_ ABSL_GUARDED_BY(mu_);  // key -> base, deferred only
   uint64_t next_lru_key_ ABSL_GUARDED_BY(mu_) = 1;
+  // Program calls on their way to the driver (page ranges): a call on an
+  // overlapping range waits, as the driver orders them, so that none acts on
+  // a state the driver no longer has. A handful at a time.
+  std::vector<Range> inflight_ ABSL_GUARDED_BY(mu_);
   PoolCounters counters_ ABSL_GUARDED_BY(mu_);
 
   std::atomic<int64_t> holding_{0};  // deferred + evicting entries

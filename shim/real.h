@@ -40,9 +40,14 @@ class Lazy {
   }
   Fn Peek() const { return fn_.load(std::memory_order_relaxed); }
   // Records a real function found another way (dlsym, cuGetProcAddress), once.
-  void Offer(void* fn) {
+  // False if the slot already holds a different one (say, a layered driver
+  // and the real one beneath it): the caller must then hand out `fn` itself,
+  // not the hook, which would call the other.
+  bool Offer(void* fn) {
     Fn expected = nullptr;
-    fn_.compare_exchange_strong(expected, reinterpret_cast<Fn>(fn), std::memory_order_relaxed);
+    const Fn offered = reinterpret_cast<Fn>(fn);
+    return fn_.compare_exchange_strong(expected, offered, std::memory_order_relaxed) ||
+           expected == offered;
   }
 
  private:

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <optional>
 
 #include "collector.h"
 #include "fmt/format.h"
@@ -314,22 +315,26 @@ void Shim::Warn(const std::string& message) {
 int Shim::RuntimeCall(Api api, Via via, void* ptr, size_t bytes, unsigned flags,
                       absl::FunctionRef<int()> real) {
   const int64_t t0 = MonotonicNs();
-  Outcome outcome;
-  CUcontext ctx = nullptr;
-  if (pool_ != nullptr && IsRegister(api)) {
-    if (auto get = DriverFn(g_ctx_get_current, "cuCtxGetCurrent")) get(&ctx);
-  }
-  if (pool_ != nullptr && (ctx != nullptr || !IsRegister(api))) {
-    // The pool acts here, where it can spare the program cudart's own path
-    // for a hit or a deferral. A register needs the context cudart will use:
-    // the current one (cudart uses it when there is one). Forwarded calls go
-    // through cudart, whose driver call beneath passes straight down (inside).
+  // A hit or a deferral needs no driver call: take it here and spare the
+  // program cudart's own path. A register needs the context cudart will use:
+  // the current one (cudart uses it when there is one). Everything else goes
+  // through cudart to the driver hook beneath, which acts and reports, so
+  // that cudart sees only the driver's final answer (its last error too).
+  std::optional<Outcome> fast;
+  if (pool_ != nullptr) {
     ScopedInsideLazypin inside;
-    outcome = IsRegister(api) ? PoolRegister(ptr, bytes, flags, ctx, real)
-                              : pool_->Unregister(reinterpret_cast<uintptr_t>(ptr), real);
+    if (IsRegister(api)) {
+      CUcontext ctx = nullptr;
+      if (auto get = DriverFn(g_ctx_get_current, "cuCtxGetCurrent")) get(&ctx);
+      if (ctx != nullptr) fast = pool_->TryHit(Request(ptr, bytes, flags, ctx));
+    } else {
+      fast = pool_->TryDefer(reinterpret_cast<uintptr_t>(ptr));
+    }
+  }
+  Outcome outcome;
+  if (fast) {
+    outcome = *fast;
   } else {
-    // No pool, or a thread where cudart has not made a context current yet:
-    // the driver hook beneath acts and reports what it did.
     t_state.runtime_depth += 1;
     t_state.action = Action::kForward;
     t_state.evicted = 0;
@@ -345,23 +350,25 @@ int Shim::RuntimeCall(Api api, Via via, void* ptr, size_t bytes, unsigned flags,
   return outcome.result;
 }
 
-Outcome Shim::PoolRegister(void* ptr, size_t bytes, unsigned flags, void* current,
-                           absl::FunctionRef<int()> real) {
+RegisterRequest Shim::Request(void* ptr, size_t bytes, unsigned flags, void* ctx) {
   RegisterRequest request;
   request.ptr = reinterpret_cast<uintptr_t>(ptr);
   request.bytes = bytes;
   request.flags = flags;
-  CUcontext ctx = static_cast<CUcontext>(current);
+  request.ctx = ctx;
   CUdevice device = -1;
-  if (ctx == nullptr) {
-    if (auto get = DriverFn(g_ctx_get_current, "cuCtxGetCurrent")) get(&ctx);
-  }
   if (auto get = DriverFn(g_ctx_get_device, "cuCtxGetDevice")) {
     if (get(&device) != CUDA_SUCCESS) device = -1;
   }
-  request.ctx = ctx;
   request.device = device;
-  return pool_->Register(request, real);
+  return request;
+}
+
+Outcome Shim::PoolRegister(void* ptr, size_t bytes, unsigned flags,
+                           absl::FunctionRef<int()> real) {
+  CUcontext ctx = nullptr;
+  if (auto get = DriverFn(g_ctx_get_current, "cuCtxGetCurrent")) get(&ctx);
+  return pool_->Register(Request(ptr, bytes, flags, ctx), real);
 }
 
 int Shim::DriverCall(Api api, Via via, void* ptr, size_t bytes, unsigned flags,
@@ -391,7 +398,7 @@ int Shim::DriverCall(Api api, Via via, void* ptr, size_t bytes, unsigned flags,
 int Shim::DriverRegister(Api api, Via via, void* ptr, size_t bytes, unsigned flags,
                          absl::FunctionRef<int()> real) {
   return DriverCall(api, via, ptr, bytes, flags, real,
-                    [&] { return PoolRegister(ptr, bytes, flags, nullptr, real); });
+                    [&] { return PoolRegister(ptr, bytes, flags, real); });
 }
 
 int Shim::DriverUnregister(Api api, Via via, void* ptr, absl::FunctionRef<int()> real) {
@@ -447,10 +454,9 @@ void Shim::AtExit(const char* ended_by) {
   } else if (!log_note.empty() && log_note.find("incomplete") != std::string::npos) {
     fputs(log_note.c_str(), stderr);
   }
-  // From here on, the driver's own teardown releases what the pool holds.
-  if (pool_) pool_->AbandonAfterFork();
-  g_pool.store(nullptr, std::memory_order_release);
-  g_shim.store(nullptr, std::memory_order_release);
+  // The pool stays: exit handlers and static destructors that run after this
+  // one may still free, unmap or register pooled memory (records are dropped
+  // from now on). The driver's teardown releases what is left.
 }
 
 void Shim::OnSignal(int sig) {

@@ -31,16 +31,25 @@ const char* ViaName(Via via);
 // through, so the pool's lock is never taken twice and nothing recurses.
 struct ThreadState {
   int inside = 0;
+  // Frees of pooled memory that arrived while `inside` (a signal handler that
+  // interrupted lazypin): done when this thread leaves lazypin's code.
+  static constexpr int kQueuedFrees = 16;
+  void* queued_frees[kQueuedFrees] = {};
+  int queued_free_count = 0;
   int runtime_depth = 0;  // inside a runtime hook: the driver hook below it records nothing
   Action action = Action::kForward;
   int evicted = 0;
 };
 extern thread_local ThreadState t_state LAZYPIN_TLS;
 
+void FreeQueuedFrees();  // hooks_memory.cc
+
 class ScopedInsideLazypin {
  public:
   ScopedInsideLazypin() { ++t_state.inside; }
-  ~ScopedInsideLazypin() { --t_state.inside; }
+  ~ScopedInsideLazypin() {
+    if (--t_state.inside == 0 && t_state.queued_free_count != 0) FreeQueuedFrees();
+  }
   ScopedInsideLazypin(const ScopedInsideLazypin&) = delete;
   ScopedInsideLazypin& operator=(const ScopedInsideLazypin&) = delete;
 };
@@ -55,9 +64,8 @@ class Shim {
   // The pool when deferring (memory hooks only need this); else null.
   static Pool* ActivePool();
 
-  // cudaHostRegister / cudaHostUnregister: time and record the call. The pool
-  // acts here when the current context is known, else in the driver hook
-  // that cudart calls beneath it.
+  // cudaHostRegister / cudaHostUnregister: time and record the call. A pool
+  // hit or deferral is taken here; anything else in the driver hook beneath.
   int RuntimeCall(Api api, Via via, void* ptr, size_t bytes, unsigned flags,
                   absl::FunctionRef<int()> real);
   // cuMemHostRegister(_v2) / cuMemHostUnregister, from the program or from cudart.
@@ -95,9 +103,9 @@ class Shim {
   // unless cudart called it (then the runtime hook records).
   int DriverCall(Api api, Via via, void* ptr, size_t bytes, unsigned flags,
                  absl::FunctionRef<int()> real, absl::FunctionRef<Outcome()> pooled);
-  // `current`: the current context if the caller knows it, else null.
-  Outcome PoolRegister(void* ptr, size_t bytes, unsigned flags, void* current,
-                       absl::FunctionRef<int()> real);
+  Outcome PoolRegister(void* ptr, size_t bytes, unsigned flags, absl::FunctionRef<int()> real);
+  // A register request in context `ctx`, with the device of the current context.
+  static RegisterRequest Request(void* ptr, size_t bytes, unsigned flags, void* ctx);
 
   Config config_;
   std::vector<std::string> config_errors_;

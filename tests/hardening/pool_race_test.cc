@@ -9,11 +9,14 @@
 // where the driver (and the program without lazypin) says 713; the balance of
 // successful registers and unregisters is broken (and a later register of that
 // pointer is served from a registration the driver does not have).
-// Here the "other thread" is simulated by calling Unregister from inside the
-// forward callback, exactly in that window.
+// Here the other thread is started from inside the forward callback, exactly
+// in that window. Fixed: a register on its way to the driver leaves a pending
+// entry, and calls on the same range wait until the driver has answered.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
+#include <thread>
 
 #include "driver_model.h"
 #include "pool.h"
@@ -42,12 +45,15 @@ TEST(PoolRace, UnregisterInsideTheRegisterWindow) {
     return pool.Unregister(kP, [&] { return driver.model.Unregister(kP); }).result;
   };
   int inner = -1;
+  std::thread other;
   RegisterRequest req{kP, kBytes, 0, kCtx, 0};
   const Outcome reg = pool.Register(req, [&] {
     const int rc = driver.model.Register(kP, kBytes, 0, kCtx);
-    inner = unreg();  // another thread's unregister, after the driver accepted
+    other = std::thread([&] { inner = unreg(); });  // another thread's unregister, now
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let it reach the pool
     return rc;
   });
+  other.join();
   ASSERT_EQ(reg.result, 0);
   ASSERT_EQ(inner, 0) << "the driver held the registration";
   // Driver semantics: one register, one unregister done; the next must be 713.
