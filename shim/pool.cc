@@ -326,18 +326,18 @@ int Pool::Invalidate(uintptr_t lo, uintptr_t hi, EvictReason reason) {
   return Evict(victims);
 }
 
-int Pool::DropContext(Context ctx) {
+int Pool::DropWhere(absl::FunctionRef<bool(const Entry&)> matches, bool forget_in_use) {
   if (abandoned_.load(std::memory_order_relaxed)) return 0;
   std::vector<Victim> victims;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = entries_.begin(); it != entries_.end();) {
       Entry& e = it->second;
-      if (e.ctx == ctx && e.state == State::kInUse) {
+      if (matches(e) && e.state == State::kInUse && forget_in_use) {
         it = Erase(it);
         continue;
       }
-      if (e.ctx == ctx && e.state == State::kDeferred) {
+      if (matches(e) && e.state == State::kDeferred) {
         TakeVictim(e, EvictReason::kContext, &victims);
       }
       ++it;
@@ -346,24 +346,12 @@ int Pool::DropContext(Context ctx) {
   return Evict(victims);
 }
 
+int Pool::DropContext(Context ctx) {
+  return DropWhere([ctx](const Entry& e) { return e.ctx == ctx; }, /*forget_in_use=*/true);
+}
+
 int Pool::DropDevice(int device, bool forget_in_use) {
-  if (abandoned_.load(std::memory_order_relaxed)) return 0;
-  std::vector<Victim> victims;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = entries_.begin(); it != entries_.end();) {
-      Entry& e = it->second;
-      if (e.device == device && e.state == State::kInUse && forget_in_use) {
-        it = Erase(it);
-        continue;
-      }
-      if (e.device == device && e.state == State::kDeferred) {
-        TakeVictim(e, EvictReason::kContext, &victims);
-      }
-      ++it;
-    }
-  }
-  return Evict(victims);
+  return DropWhere([device](const Entry& e) { return e.device == device; }, forget_in_use);
 }
 
 int Pool::CollectIdle(int64_t idle_ns) {

@@ -179,6 +179,10 @@ class Pool {
   // Unregisters the victims without the lock, then removes them. Returns the count.
   int Evict(std::vector<Victim>& victims) ABSL_LOCKS_EXCLUDED(mu_);
   bool FramesUnchanged(const Entry& e);
+  // Releases the deferred entries `matches` picks; forgets its in-use ones too
+  // when `forget_in_use`. The pool's answer to context teardown.
+  int DropWhere(absl::FunctionRef<bool(const Entry&)> matches, bool forget_in_use)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void EndInflight(Range range) ABSL_LOCKS_EXCLUDED(mu_);
   // The exact-hit check and its effect; null if no hit.
   const Entry* HitLocked(const RegisterRequest& req) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
