@@ -204,7 +204,8 @@ LAZYPIN_EXPORT void free(void* ptr) {
     // the queue is full: a leak, never a stale registration).
     Pool* pool = Shim::ActivePool();
     const uintptr_t lo = Addr(ptr);
-    if (pool != nullptr && pool->MaybeHolds(lo, lo + malloc_usable_size(ptr))) {
+    if (pool != nullptr && !pool->Empty() &&
+        pool->MaybeHolds(lo, lo + malloc_usable_size(ptr))) {
       if (t_state.queued_free_count < ThreadState::kQueuedFrees) {
         t_state.queued_frees[t_state.queued_free_count++] = ptr;
       }
