@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "collector.h"
+#include "fmt/compile.h"
 #include "fmt/format.h"
 #include "cuda.h"
 #include "hooks_memory.h"
@@ -277,7 +278,10 @@ int64_t Shim::Now() const { return MonotonicNs() - start_mono_ns_; }
 void Shim::InstallExitHandlersOnce() {
   // After the first real call, so that cudart (set up inside that call)
   // registered its own exit handler first, and ours runs while CUDA is alive.
-  if (g_exit_handlers_installed.exchange(true)) return;
+  if (g_exit_handlers_installed.load(std::memory_order_relaxed) ||
+      g_exit_handlers_installed.exchange(true)) {
+    return;
+  }
   atexit(ExitHandler);
 }
 
@@ -287,8 +291,9 @@ void Shim::Record(Api api, Via via, void* ptr, size_t bytes, unsigned flags, int
   if (!log_) return;
   fmt::memory_buffer line;
   fmt::format_to(std::back_inserter(line),
-                 R"({{"type":"call","t_ns":{},"tid":{},"api":"{}","via":"{}","ptr":"{}",)"
-                 R"("bytes":{},"flags":{},"result":{},"latency_ns":{},"action":"{}","evicted":{}}})",
+                 FMT_COMPILE(R"({{"type":"call","t_ns":{},"tid":{},"api":"{}","via":"{}","ptr":"{}",)"
+                             R"("bytes":{},"flags":{},"result":{},"latency_ns":{},"action":"{}",)"
+                             R"("evicted":{}}})"),
                  Now(), ThreadId(), ApiName(api), ViaName(via), ptr, bytes, flags, result,
                  latency_ns, ActionName(action), evicted);
   log_->Write(std::string_view(line.data(), line.size()));

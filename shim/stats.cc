@@ -90,18 +90,23 @@ void Stats::RecordCall(Api api, size_t bytes, int result, int64_t latency_ns, Ac
     by_size_[c].Add(bytes, result, latency_ns);
     if (action == Action::kHit) hits_by_size_[c] += 1;
     if (result == 0 && (action == Action::kMiss || action == Action::kForward)) {
-      real_register_by_size_[c].Add(bytes, result, latency_ns);
+      real_register_by_size_[c].calls += 1;
+      real_register_by_size_[c].ns += latency_ns;
     }
   } else {
     if (action == Action::kDeferred) deferred_ += 1;
-    if (result == 0 && action == Action::kForward) real_unregister_.Add(0, result, latency_ns);
+    if (result == 0 && action == Action::kForward) {
+      real_unregister_.calls += 1;
+      real_unregister_.ns += latency_ns;
+    }
   }
 }
 
 void Stats::RecordEvict(int64_t latency_ns) {
   std::lock_guard<std::mutex> lock(mu_);
   evict_total_ns_ += latency_ns;
-  real_unregister_.Add(0, 0, latency_ns);
+  real_unregister_.calls += 1;
+  real_unregister_.ns += latency_ns;
 }
 
 void Stats::RecordDropped() {
@@ -115,12 +120,9 @@ void Stats::RecordDropped() {
 int64_t Stats::SavedEstimateNs(const PoolCounters&) const {
   double saved = 0;
   for (int c = 0; c < kSizeClasses; ++c) {
-    const CallStats& real = real_register_by_size_[c];
-    if (real.calls > 0) saved += hits_by_size_[c] * (double(real.total_ns) / real.calls);
+    saved += hits_by_size_[c] * real_register_by_size_[c].Mean();
   }
-  if (real_unregister_.calls > 0) {
-    saved += deferred_ * (double(real_unregister_.total_ns) / real_unregister_.calls);
-  }
+  saved += deferred_ * real_unregister_.Mean();
   saved -= static_cast<double>(evict_total_ns_);
   return static_cast<int64_t>(saved);
 }

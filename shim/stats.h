@@ -70,10 +70,16 @@ class Stats {
   mutable std::mutex mu_;
   std::array<CallStats, static_cast<int>(Api::kCount)> by_api_ ABSL_GUARDED_BY(mu_);
   std::array<CallStats, kSizeClasses> by_size_ ABSL_GUARDED_BY(mu_);
-  // Real driver work, for the estimate of what the pool saved.
-  std::array<CallStats, kSizeClasses> real_register_by_size_ ABSL_GUARDED_BY(mu_);
+  // Real driver work (counts and totals, no histogram: only means are
+  // needed), for the estimate of what the pool saved.
+  struct Total {
+    uint64_t calls = 0;
+    int64_t ns = 0;
+    double Mean() const { return calls ? double(ns) / calls : 0.0; }
+  };
+  std::array<Total, kSizeClasses> real_register_by_size_ ABSL_GUARDED_BY(mu_);
   std::array<uint64_t, kSizeClasses> hits_by_size_ ABSL_GUARDED_BY(mu_) = {};
-  CallStats real_unregister_ ABSL_GUARDED_BY(mu_);
+  Total real_unregister_ ABSL_GUARDED_BY(mu_);
   uint64_t deferred_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t evict_total_ns_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
