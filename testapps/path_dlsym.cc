@@ -34,14 +34,6 @@ void* sym(void* h, const char* name) {
   return p;
 }
 
-#define CU_CHECK(call)                                                                    \
-  do {                                                                                    \
-    CUresult r_ = (call);                                                                 \
-    if (r_ != CUDA_SUCCESS) {                                                             \
-      std::fprintf(stderr, "%s:%d: %s -> %d\n", __FILE__, __LINE__, #call, static_cast<int>(r_)); \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
 
 }  // namespace
 

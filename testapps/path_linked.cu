@@ -10,14 +10,6 @@
 
 #include "path_seq.h"
 
-#define CU_CHECK(call)                                                                    \
-  do {                                                                                    \
-    CUresult r_ = (call);                                                                 \
-    if (r_ != CUDA_SUCCESS) {                                                             \
-      std::fprintf(stderr, "%s:%d: %s -> %d\n", __FILE__, __LINE__, #call, static_cast<int>(r_)); \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
 
 int main() {
   CUdevice dev;

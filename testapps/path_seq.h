@@ -18,6 +18,17 @@
 #include <cstdlib>
 #include <cstring>
 
+// Checks a driver call of the app's own set-up (not the measured sequence):
+// anything but success prints the call and its code, and exits 1.
+#define CU_CHECK(call)                                                               \
+  do {                                                                               \
+    const int r_ = static_cast<int>(call);                                           \
+    if (r_ != 0) {                                                                   \
+      std::fprintf(stderr, "%s:%d: %s -> %d\n", __FILE__, __LINE__, #call, r_);      \
+      std::exit(1);                                                                  \
+    }                                                                                \
+  } while (0)
+
 namespace pathseq {
 
 template <typename Reg, typename Unreg>
