@@ -132,6 +132,7 @@ Log::Log(int fd, std::string path) : fd_(fd), path_(std::move(path)) {
 void Log::Write(std::string_view line) {
   if (closed_.load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> lock(batch_mu_);
+  if (closed_.load(std::memory_order_relaxed)) return;  // Close() took the lock first
   if (batch_.capacity() == 0) batch_.reserve(1 << 16);
   batch_.append(line.data(), line.size());
   batch_.push_back('\n');
@@ -150,10 +151,16 @@ void Log::Flush() {
   logger_->info(spdlog::string_view_t(chunk.data(), chunk.size()));
 }
 
-void Log::Close() {
+void Log::Close(std::string_view last_line) {
   // Drain, but keep the writer objects alive: other threads may still be in
   // Write() while the process exits, and the thread dies with the process.
-  if (closed_.exchange(true)) return;
+  {
+    // Under the batch's lock, so that no other thread's record follows the last line.
+    std::lock_guard<std::mutex> lock(batch_mu_);
+    if (closed_.exchange(true)) return;
+    batch_.append(last_line.data(), last_line.size());
+    if (!last_line.empty()) batch_.push_back('\n');
+  }
   {
     std::lock_guard<std::mutex> lock(flusher_mu_);
     stop_flusher_ = true;

@@ -35,8 +35,9 @@ class Log {
 
   // Adds one record (no newline) to the batch.
   void Write(std::string_view line);
-  // Writes all queued records; later Write()s are dropped. Idempotent.
-  void Close();
+  // Adds `last_line` (if any) as the last record, writes everything, and
+  // drops any later Write(). Idempotent.
+  void Close(std::string_view last_line = {});
   // From a signal handler: waits up to `timeout_ms` for the writer to catch
   // up, then writes the batch directly if no thread is adding to it.
   void DrainFromSignal(int timeout_ms);

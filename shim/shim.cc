@@ -446,8 +446,7 @@ void Shim::AtExit(const char* ended_by) {
   const PoolCounters counters = pool_ ? pool_->Counters() : PoolCounters{};
   std::string log_note;
   if (log_) {
-    log_->Write(stats_.SummaryJson(counters, Now(), ended_by));
-    log_->Close();
+    log_->Close(stats_.SummaryJson(counters, Now(), ended_by));
     const std::string failure = log_->failure();
     log_note = failure.empty()
                    ? fmt::format("lazypin: log: {}\n", log_->path())
