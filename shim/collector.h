@@ -1,17 +1,19 @@
-// collector: the background thread that releases pooled registrations left
-// unused for LAZYPIN_IDLE_MS. It never releases more than the program itself
-// unregistered (each pooled entry stands for one unregister the program
-// asked for and lazypin postponed), so it adds no stall the program would not
-// have had; it only moves it to a moment when the memory has been idle.
+// collector: lazypin's background thread. It does two things the program's
+// threads must not wait for:
+//  - frees of pooled memory (hooks_memory hands them over, async-signal-safe):
+//    it unregisters the pooled registration, then frees the block. The free
+//    hook thus never calls the driver, so a free() from a signal handler that
+//    interrupted the CUDA driver cannot re-enter it, and a free of pooled
+//    memory never waits for an unregister stalled by a busy GPU.
+//  - releases pooled registrations left unused for LAZYPIN_IDLE_MS. It never
+//    releases more than the program itself unregistered (each pooled entry
+//    stands for one unregister the program asked for and lazypin postponed),
+//    so it adds no stall the program would not have had.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <thread>
-
-#include <condition_variable>
-#include <mutex>
-
-#include "absl/base/thread_annotations.h"
 
 namespace lazypin {
 
@@ -19,19 +21,36 @@ class Pool;
 
 class Collector {
  public:
-  // Starts the thread (all signals blocked in it).
-  Collector(Pool* pool, int64_t idle_ms);
-  // Stops and joins it.
+  using FreeFn = void (*)(void*);
+  // Starts the thread (all signals blocked in it). `real_free` frees a block
+  // without lazypin's hook; `idle_ms` 0 turns idle release off.
+  Collector(Pool* pool, int64_t idle_ms, FreeFn real_free);
+  Collector(const Collector&) = delete;
+  Collector& operator=(const Collector&) = delete;
+
+  // Async-signal-safe, lock-free: takes over a malloc'd block that overlaps
+  // pooled memory; the thread invalidates, then frees it. False once
+  // stopping (the caller frees it itself). One racing with Stop() may stay
+  // unfreed: a leak at exit, never a stale registration.
+  bool TakeFree(void* block);
+  // Stops and joins the thread, then finishes the frees handed over.
   void Stop();
 
  private:
+  // A block handed over; the block's own first bytes hold the link.
+  struct FreedBlock {
+    FreedBlock* next;
+  };
   void Run();
+  void FinishFrees();
+  void Wake();
 
   Pool* const pool_;
   const int64_t idle_ms_;
-  std::mutex mu_;
-  std::condition_variable wake_;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  const FreeFn real_free_;
+  std::atomic<FreedBlock*> frees_{nullptr};
+  std::atomic<uint32_t> wake_seq_{0};  // a futex: bumped by Wake()
+  std::atomic<bool> stopping_{false};
   std::thread thread_;
 };
 

@@ -277,6 +277,7 @@ void SwapForHook(const char* symbol, int version, void** pfn) {
 // lookup of a name we do not hook leaves here as a tail call, so that glibc
 // still sees the program's return address. RTLD_NEXT lookups of hooked names
 // are the program's own interposition and pass through untouched.
+#pragma GCC diagnostic ignored "-Wnonnull-compare"  // glibc says nonnull; programs pass null
 LAZYPIN_EXPORT void* dlsym(void* __restrict handle, const char* __restrict symbol) {
   if (symbol != nullptr && symbol[0] == 'c' && symbol[1] == 'u' && handle != RTLD_NEXT) {
     if (const HookEntry* entry = FindByName(symbol)) return DlsymHooked(handle, symbol, *entry);

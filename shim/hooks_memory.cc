@@ -121,20 +121,6 @@ size_t MappingSizeAt(const void* addr) {
 
 }  // namespace
 
-void FreeQueuedFrees() {
-  // A signal handler may queue more meanwhile: take the queue with signals blocked.
-  sigset_t all, old;
-  sigfillset(&all);
-  void* frees[ThreadState::kQueuedFrees];
-  int n;
-  pthread_sigmask(SIG_BLOCK, &all, &old);
-  n = t_state.queued_free_count;
-  for (int i = 0; i < n; ++i) frees[i] = t_state.queued_frees[i];
-  t_state.queued_free_count = 0;
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  for (int i = 0; i < n; ++i) free(frees[i]);  // through the hook: invalidates, then frees
-}
-
 bool MemoryHooksSelfTest(std::string* why) {
   real::DlsymFn dlsym_real = real::Dlsym();
   if (dlsym_real == nullptr) {
@@ -196,23 +182,41 @@ using namespace lazypin;  // NOLINT: the hooks below are C symbols
 
 LAZYPIN_EXPORT void free(void* ptr) {
   if (t_resolving) return;  // the loader's own allocation during our lookup: leak it
-  if (ptr != nullptr && t_state.inside > 0) {
-    // lazypin's own code is running on this thread, so this free comes from
-    // it (never pooled memory) or from a signal handler that interrupted it.
-    // Pooled memory must not leave before it is invalidated, and that cannot
-    // happen here: queue it for when lazypin's code returns (or keep it, if
-    // the queue is full: a leak, never a stale registration).
-    Pool* pool = Shim::ActivePool();
+  Pool* pool = Shim::ActivePool();
+  if (ptr != nullptr && pool != nullptr && !pool->Empty()) {
     const uintptr_t lo = Addr(ptr);
-    if (pool != nullptr && !pool->Empty() &&
-        pool->MaybeHolds(lo, lo + malloc_usable_size(ptr))) {
-      if (t_state.queued_free_count < ThreadState::kQueuedFrees) {
-        t_state.queued_frees[t_state.queued_free_count++] = ptr;
+    const uintptr_t hi = lo + malloc_usable_size(ptr);
+    if (pool->MaybeHolds(lo, hi)) {
+      if (t_state.inside > 0) {
+        // lazypin's own code is running on this thread (and may hold the
+        // pool's lock), so this free comes from it (never pooled memory) or
+        // from a signal handler that interrupted it: queue it for when
+        // lazypin's code returns, or hand it to the collector.
+        if (t_state.queued_free_count < ThreadState::kQueuedFrees) {
+          t_state.queued_frees[t_state.queued_free_count++] = ptr;
+        } else {
+          Shim::HandOverFree(ptr);  // if it cannot (exit): a leak, never a stale registration
+        }
+        return;
       }
-      return;
+      // Pooled memory: the collector unregisters, then frees it, so this
+      // thread never calls the driver here (it may be a signal handler that
+      // interrupted the driver) nor waits for a stalled unregister.
+      bool pooled;
+      {
+        ScopedInsideLazypin inside;  // a signal handler's free meanwhile must not take the lock
+        pooled = pool->HoldsDeferred(lo, hi);
+      }
+      if (pooled) {
+        if (Shim::HandOverFree(ptr)) return;
+        Shim::MemoryLeaving(lo, hi, EvictReason::kFree);  // no collector (exit): here
+      }
     }
   }
-  BlockLeaving(ptr, EvictReason::kFree);
+  if (FreeFn real = Real(g_free, "free")) real(ptr);
+}
+
+void lazypin::RealFree(void* ptr) {
   if (FreeFn real = Real(g_free, "free")) real(ptr);
 }
 

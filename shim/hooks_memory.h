@@ -12,4 +12,7 @@ namespace lazypin {
 // (as UCX checks its memory hooks at start). False with a reason otherwise.
 bool MemoryHooksSelfTest(std::string* why);
 
+// The next free() after lazypin's (glibc's, or a preloaded allocator's).
+void RealFree(void* ptr);
+
 }  // namespace lazypin

@@ -313,6 +313,16 @@ Outcome Pool::Unregister(uintptr_t ptr, absl::FunctionRef<int()> forward) {
   return out;
 }
 
+bool Pool::HoldsDeferred(uintptr_t lo, uintptr_t hi) const {
+  if (abandoned_.load(std::memory_order_relaxed) || hi <= lo || Empty()) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& self = const_cast<Pool&>(*this);
+  for (auto it = self.FirstOverlap(lo); it != self.entries_.end() && it->first < hi; ++it) {
+    if (it->second.state != State::kInUse) return true;
+  }
+  return false;
+}
+
 int Pool::Invalidate(uintptr_t lo, uintptr_t hi, EvictReason reason) {
   if (abandoned_.load(std::memory_order_relaxed) || hi <= lo) return 0;
   std::vector<Victim> victims;

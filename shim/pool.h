@@ -122,6 +122,8 @@ class Pool {
     return holding_.load(std::memory_order_relaxed) != 0 && filter_.MaybeOverlaps(lo, hi);
   }
   bool Empty() const { return holding_.load(std::memory_order_relaxed) == 0; }
+  // Exact (takes the lock): a deferred or evicting entry overlaps [lo, hi).
+  bool HoldsDeferred(uintptr_t lo, uintptr_t hi) const;
 
   // A context is destroyed: release its deferred entries, forget its in-use ones.
   int DropContext(Context ctx);

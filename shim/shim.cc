@@ -26,8 +26,8 @@
 
 namespace lazypin {
 
-thread_local ThreadState t_state LAZYPIN_TLS;
 std::atomic<Pool*> g_pool{nullptr};
+std::atomic<Collector*> g_collector{nullptr};
 
 namespace {
 
@@ -227,7 +227,8 @@ void Shim::Init() {
              "page checks are off");
       }
     }
-    if (config_.idle_ms > 0) collector_ = std::make_unique<Collector>(pool_.get(), config_.idle_ms);
+    collector_ = std::make_unique<Collector>(pool_.get(), config_.idle_ms, &RealFree);
+    g_collector.store(collector_.get(), std::memory_order_release);
   }
   pthread_atfork(nullptr, nullptr, ForkChildHandler);
   for (int sig : {SIGTERM, SIGINT}) {
@@ -437,10 +438,16 @@ void Shim::MemoryLeaving(uintptr_t lo, uintptr_t hi, EvictReason reason) {
   pool->Invalidate(lo, hi, reason);
 }
 
+bool Shim::HandOverFree(void* block) {
+  Collector* collector = g_collector.load(std::memory_order_acquire);
+  return collector != nullptr && collector->TakeFree(block);
+}
+
 void Shim::AtExit(const char* ended_by) {
   static std::atomic<bool> done{false};
   if (done.exchange(true)) return;
   ScopedInsideLazypin inside;
+  g_collector.store(nullptr, std::memory_order_release);
   if (collector_) collector_->Stop();
   if (pool_ && config_.release_at_exit) pool_->ReleaseAll(EvictReason::kExit);
   const PoolCounters counters = pool_ ? pool_->Counters() : PoolCounters{};
@@ -492,6 +499,7 @@ void Shim::InForkChild() {
   // driver call or a lock, leave the parent's log alone, pass everything through.
   if (pool_) pool_->AbandonAfterFork();
   g_pool.store(nullptr, std::memory_order_relaxed);
+  g_collector.store(nullptr, std::memory_order_relaxed);
   g_shim.store(nullptr, std::memory_order_relaxed);
 }
 

@@ -13,9 +13,9 @@
 #include "config.h"
 #include "pool.h"
 #include "stats.h"
+#include "thread_state.h"
 
 #define LAZYPIN_EXPORT extern "C" __attribute__((visibility("default")))
-#define LAZYPIN_TLS __attribute__((tls_model("initial-exec")))
 
 namespace lazypin {
 
@@ -25,34 +25,6 @@ class Collector;
 // How the program reached a hook.
 enum class Via { kSymbol, kDlsym, kGetProc };
 const char* ViaName(Via via);
-
-// Per-thread state. `inside` > 0 while this thread runs lazypin's own code
-// (or a real function called from it): hooks entered then pass straight
-// through, so the pool's lock is never taken twice and nothing recurses.
-struct ThreadState {
-  int inside = 0;
-  // Frees of pooled memory that arrived while `inside` (a signal handler that
-  // interrupted lazypin): done when this thread leaves lazypin's code.
-  static constexpr int kQueuedFrees = 16;
-  void* queued_frees[kQueuedFrees] = {};
-  int queued_free_count = 0;
-  int runtime_depth = 0;  // inside a runtime hook: the driver hook below it records nothing
-  Action action = Action::kForward;
-  int evicted = 0;
-};
-extern thread_local ThreadState t_state LAZYPIN_TLS;
-
-void FreeQueuedFrees();  // hooks_memory.cc
-
-class ScopedInsideLazypin {
- public:
-  ScopedInsideLazypin() { ++t_state.inside; }
-  ~ScopedInsideLazypin() {
-    if (--t_state.inside == 0 && t_state.queued_free_count != 0) FreeQueuedFrees();
-  }
-  ScopedInsideLazypin(const ScopedInsideLazypin&) = delete;
-  ScopedInsideLazypin& operator=(const ScopedInsideLazypin&) = delete;
-};
 
 class Shim {
  public:
@@ -80,6 +52,9 @@ class Shim {
 
   // Memory [lo, hi) is about to leave the process.
   static void MemoryLeaving(uintptr_t lo, uintptr_t hi, EvictReason reason);
+  // Async-signal-safe: the collector invalidates, then frees `block`. False
+  // when there is no collector (not deferring, after exit, in a fork's child).
+  static bool HandOverFree(void* block);
 
   // Exit, fork and signal handling (public for the C callbacks).
   void AtExit(const char* ended_by);

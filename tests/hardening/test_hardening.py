@@ -159,42 +159,43 @@ class Reentrancy(Base):
         self.assertClean(run)
         figure("signal(bare) " + run.out.strip().splitlines()[0])
 
-    # Known limit (docs/design.md): free() is not async-signal-safe; a handler's free of
-    # pooled memory that interrupts the CUDA driver makes lazypin call the driver re-entrantly.
-    @unittest.expectedFailure
+    def signal_run(self, argv, timeout):
+        try:
+            run = self.run_app(argv, timeout=timeout, LAZYPIN_MODE="defer")
+        except subprocess.TimeoutExpired:
+            self.fail("hung: free() from a signal handler deadlocked")
+        self.assertClean(run)
+        line = run.out.strip().splitlines()[0]
+        handler_frees = int(line.split("handler_frees=")[1].split()[0])
+        self.assertGreater(handler_frees, 100, line)
+        s = run.summary()
+        self.assertIsNotNone(s)
+        self.assertGreater(s["pool"]["evictions"]["free"], 100, json.dumps(s["pool"]))
+        return run, line, s
+
     def test_signal_handler_free_outside_lazypin(self):
         # SIGALRM is blocked around cudaHostRegister/Unregister, so the handler
-        # interrupts only the program's own code or cudaMemcpy. lazypin's free
-        # hook then evicts the pooled registration, which calls the driver
-        # (cuCtxPushCurrent / cuMemHostUnregister) from the signal handler while
-        # the interrupted driver call holds the driver's lock: a self-deadlock.
-        try:
-            run = self.run_app([happ("reentry"), "signal", "--seconds", "1", "--block-cuda"],
-                               timeout=20, LAZYPIN_MODE="defer")
-        except subprocess.TimeoutExpired:
-            figure("signal(defer, --block-cuda): hung (deadlock in the handler's free)")
-            self.fail("hung: free() from a signal handler deadlocked")
-        figure("signal(defer, --block-cuda) " + run.out.strip()[:200])
-        self.assertClean(run)
+        # interrupts the program's own code or cudaMemcpy, i.e. the CUDA driver
+        # with its lock held. The handler's free of pooled memory must not call
+        # the driver (it would wait for that lock: a self-deadlock): the free
+        # hook hands the block to lazypin's collector thread, which unregisters
+        # and then frees it.
+        run, line, s = self.signal_run(
+            [happ("reentry"), "signal", "--seconds", "1", "--block-cuda"], timeout=20)
+        figure("signal(defer, --block-cuda) %s evictions.free=%d" % (
+            line, s["pool"]["evictions"]["free"]))
 
-    # Fixed for the part lazypin owns (a handler's free that interrupts lazypin is queued until
-    # lazypin's code returns), but this app's handler also interrupts cudaMemcpy: the known
-    # limit above, so it can still hang.
-    @unittest.expectedFailure
     def test_signal_handler_free_inside_lazypin(self):
-        # The handler may interrupt cudaHostRegister/Unregister, i.e. lazypin's
-        # own code: the thread-local "inside lazypin" guard then makes the
-        # handler's free pass through without invalidating; the chunk is
-        # munmap'd, the next malloc gets the same address, and its register is
-        # a pool hit on the old pages: the simulated driver aborts (STALE).
-        try:
-            run = self.run_app([happ("reentry"), "signal", "--seconds", "2"], timeout=30,
-                               LAZYPIN_MODE="defer")
-        except subprocess.TimeoutExpired:
-            self.fail("hung")
-        figure("signal(defer) rc=%d stale=%s %s" % (run.rc, "STALE" in run.err,
-                                                     run.out.strip()[:200]))
-        self.assertClean(run)
+        # The handler may also interrupt cudaHostRegister/Unregister, i.e.
+        # lazypin's own code (holding the pool's lock): the free is queued on
+        # the thread until lazypin's code returns. A free that lazypin failed to
+        # invalidate would leave the old registration in the driver: the next
+        # buffer at that address gets 712 or a stale copy (simcuda aborts).
+        runs = []
+        for _ in range(3):
+            run, line, s = self.signal_run([happ("reentry"), "signal", "--seconds", "2"], timeout=30)
+            runs.append("%s evictions.free=%d" % (line, s["pool"]["evictions"]["free"]))
+        figure("signal(defer) x3: " + " | ".join(runs))
 
     def test_atexit_early_handler_and_very_late_dtor(self):
         # Free of pooled memory from an atexit handler that runs before lazypin's,

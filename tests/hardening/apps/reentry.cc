@@ -5,7 +5,8 @@
 //        lazypin pools them) while the main loop keeps registering, copying and
 //        unregistering new ones. The main loop blocks SIGALRM around its own
 //        malloc/free, and the buffers are mmap'd chunks (M_MMAP_THRESHOLD
-//        64 KiB), so glibc's free in the handler takes no lock the program holds.
+//        64 KiB; heap chunks are freed by the loop itself), so glibc's free in
+//        the handler takes no lock the program holds.
 //        A handler free that lazypin fails to invalidate leaves the old
 //        registration in the driver: the next buffer at that address then gets
 //        712 or a stale copy (the simulated driver aborts). --block-cuda also
@@ -78,10 +79,14 @@ void on_alarm(int) {
   errno = saved;
 }
 
+// glibc's chunk header: bit 1 of the size word before the block is IS_MMAPPED.
+bool glibc_mmapped_chunk(const void* p) {
+  return (static_cast<const size_t*>(p)[-1] & 2) != 0;
+}
+
 // --block-cuda: SIGALRM is also blocked around the register/unregister calls,
 // so the handler never interrupts lazypin's own code (the control case).
 bool g_block_cuda = false;
-sigset_t g_alrm;
 
 int run_signal(double seconds) {
   mallopt(M_MMAP_THRESHOLD, 64 * 1024);
@@ -113,8 +118,11 @@ int run_signal(double seconds) {
     } else {
       cycle(p, n, static_cast<unsigned>(loops), "signal-loop", false);
     }
+    // Only mmap'd chunks go to the handler: glibc serves even large requests
+    // from free heap memory when it has some, and a handler's free of a heap
+    // chunk that interrupts malloc deadlocks in glibc itself.
     bool queued = false;
-    for (int i = 0; i < kSlots && !queued; ++i) {
+    for (int i = 0; i < kSlots && !queued && glibc_mmapped_chunk(p); ++i) {
       void* expected = nullptr;
       queued = g_slots[i].compare_exchange_strong(expected, p);
     }

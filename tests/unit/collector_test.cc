@@ -1,0 +1,172 @@
+// The collector (shim/collector.h) without any hooks: a pool on a fake driver,
+// real malloc'd blocks handed over as the free hook does, a fake "real free".
+// Checks the order that hazard 1 needs (the driver's unregister before the
+// block is freed), that nothing handed over is lost, and idle release.
+#include "collector.h"
+
+#include <malloc.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "driver_model.h"
+#include "gtest/gtest.h"
+#include "pool.h"
+
+namespace lazypin {
+namespace {
+
+const Context kCtx = reinterpret_cast<Context>(0x11);
+
+// Everything the driver and the "real free" saw, in order, from any thread.
+std::mutex g_mu;
+std::vector<std::string> g_events;
+model::DriverModel g_model;
+std::atomic<int64_t> g_now{0};
+
+void Event(std::string e) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_events.push_back(std::move(e));
+}
+
+std::string Hex(const void* p) { return absl::StrFormat("%p", p); }
+
+class FakeDriver final : public PoolDriver {
+ public:
+  int Unregister(uintptr_t ptr, Context) override {
+    Event("unregister " + Hex(reinterpret_cast<void*>(ptr)));
+    std::lock_guard<std::mutex> lock(g_mu);
+    return g_model.Unregister(ptr);
+  }
+  bool ReadFrames(uintptr_t, size_t, std::vector<uint64_t>*) override { return false; }
+  int64_t NowNs() override { return g_now.load(); }
+};
+
+class NullObserver final : public PoolObserver {
+ public:
+  void OnEvict(uintptr_t, size_t, EvictReason, int, int64_t) override {}
+  void OnWarning(const std::string&) override {}
+};
+
+void FakeRealFree(void* p) {
+  Event("free " + Hex(p));
+  free(p);
+}
+
+class CollectorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    g_events.clear();
+    g_model = model::DriverModel();
+    pool_ = std::make_unique<Pool>(&driver_, &observer_, PoolLimits{});
+  }
+  // A malloc'd block, registered and unregistered by "the program": pooled.
+  void* PooledBlock(size_t bytes) {
+    void* p = malloc(bytes);
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    RegisterRequest req{a, bytes, 0, kCtx, 0};
+    EXPECT_EQ(pool_->Register(req, [&] {
+                std::lock_guard<std::mutex> lock(g_mu);
+                return g_model.Register(a, bytes, 0, kCtx);
+              }).result, 0);
+    EXPECT_EQ(pool_->Unregister(a, [] { return -1; }).action, Action::kDeferred);
+    return p;
+  }
+  std::vector<std::string> Events() {
+    std::lock_guard<std::mutex> lock(g_mu);
+    return g_events;
+  }
+  bool WaitForEvents(size_t n) {
+    for (int i = 0; i < 5000 && Events().size() < n; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return Events().size() >= n;
+  }
+
+  FakeDriver driver_;
+  NullObserver observer_;
+  std::unique_ptr<Pool> pool_;
+};
+
+TEST_F(CollectorTest, HandedOverBlockIsUnregisteredThenFreed) {
+  Collector collector(pool_.get(), /*idle_ms=*/0, &FakeRealFree);
+  void* p = PooledBlock(100000);
+  ASSERT_TRUE(collector.TakeFree(p));
+  ASSERT_TRUE(WaitForEvents(2));
+  EXPECT_EQ(Events(), (std::vector<std::string>{"unregister " + Hex(p), "free " + Hex(p)}));
+  EXPECT_TRUE(pool_->Empty());
+  collector.Stop();
+}
+
+TEST_F(CollectorTest, NothingHandedOverIsLostAcrossStop) {
+  Collector collector(pool_.get(), 0, &FakeRealFree);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 200; ++i) blocks.push_back(PooledBlock(4096 + 64 * i));
+  for (void* p : blocks) ASSERT_TRUE(collector.TakeFree(p));
+  collector.Stop();  // finishes what the thread had not yet
+  void* late = malloc(16);
+  EXPECT_FALSE(collector.TakeFree(late));  // after Stop the caller frees it
+  free(late);
+  const std::vector<std::string> events = Events();
+  ASSERT_EQ(events.size(), 400u);
+  for (void* p : blocks) {
+    const auto unreg = std::find(events.begin(), events.end(), "unregister " + Hex(p));
+    const auto freed = std::find(events.begin(), events.end(), "free " + Hex(p));
+    ASSERT_NE(unreg, events.end());
+    ASSERT_NE(freed, events.end());
+    EXPECT_LT(unreg, freed) << "freed before it was unregistered: " << Hex(p);
+  }
+  EXPECT_TRUE(pool_->Empty());
+  EXPECT_TRUE(g_model.regs().empty());
+}
+
+TEST_F(CollectorTest, BlockWithNothingPooledIsJustFreed) {
+  Collector collector(pool_.get(), 0, &FakeRealFree);
+  void* p = malloc(64);
+  ASSERT_TRUE(collector.TakeFree(p));
+  ASSERT_TRUE(WaitForEvents(1));
+  EXPECT_EQ(Events(), (std::vector<std::string>{"free " + Hex(p)}));
+  collector.Stop();
+}
+
+Collector* g_signal_collector = nullptr;
+void* g_signal_block = nullptr;
+void HandOverFromSignal(int) { g_signal_collector->TakeFree(g_signal_block); }
+
+TEST_F(CollectorTest, HandOverFromASignalHandler) {
+  Collector collector(pool_.get(), 0, &FakeRealFree);
+  g_signal_collector = &collector;
+  g_signal_block = PooledBlock(8192);
+  struct sigaction sa = {}, old;
+  sa.sa_handler = HandOverFromSignal;
+  sigaction(SIGUSR1, &sa, &old);
+  raise(SIGUSR1);
+  sigaction(SIGUSR1, &old, nullptr);
+  ASSERT_TRUE(WaitForEvents(2));
+  EXPECT_EQ(Events()[0], "unregister " + Hex(g_signal_block));
+  EXPECT_EQ(Events()[1], "free " + Hex(g_signal_block));
+  collector.Stop();
+}
+
+TEST_F(CollectorTest, ReleasesIdleEntries) {
+  void* p = PooledBlock(4096);
+  g_now = int64_t{1} << 40;  // everything pooled is now long idle
+  Collector collector(pool_.get(), /*idle_ms=*/20, &FakeRealFree);
+  ASSERT_TRUE(WaitForEvents(1));
+  EXPECT_EQ(Events(), (std::vector<std::string>{"unregister " + Hex(p)}));
+  collector.Stop();
+  g_now = 0;
+  free(p);
+}
+
+}  // namespace
+}  // namespace lazypin
