@@ -26,7 +26,7 @@
 
 namespace lazypin {
 
-std::atomic<Pool*> g_pool{nullptr};
+Pool* g_active_pool = nullptr;
 std::atomic<Collector*> g_collector{nullptr};
 
 namespace {
@@ -177,8 +177,6 @@ Shim* Shim::Active() {
 
 Shim* Shim::IfActive() { return g_shim.load(std::memory_order_acquire); }
 
-Pool* Shim::ActivePool() { return g_pool.load(std::memory_order_relaxed); }
-
 void Shim::Init() {
   start_mono_ns_ = MonotonicNs();
   start_unix_ns_ = UnixNs();
@@ -219,7 +217,7 @@ void Shim::Init() {
     pool_driver_ = std::make_unique<RealPoolDriver>();
     pool_observer_ = std::make_unique<ShimPoolObserver>(this);
     pool_ = std::make_unique<Pool>(pool_driver_.get(), pool_observer_.get(), limits);
-    g_pool.store(pool_.get(), std::memory_order_release);
+    __atomic_store_n(&g_active_pool, pool_.get(), __ATOMIC_RELEASE);
     if (config_.check_pfn) {
       std::vector<uint64_t> frames;
       if (!ReadPageFrames(reinterpret_cast<uintptr_t>(&frames), 1, &frames)) {
@@ -432,7 +430,7 @@ void Shim::BeforeQuery(uintptr_t ptr) {
 }
 
 void Shim::MemoryLeaving(uintptr_t lo, uintptr_t hi, EvictReason reason) {
-  Pool* pool = g_pool.load(std::memory_order_relaxed);
+  Pool* pool = ActivePool();
   if (pool == nullptr || t_state.inside > 0 || !pool->MaybeHolds(lo, hi)) return;
   ScopedInsideLazypin inside;
   pool->Invalidate(lo, hi, reason);
@@ -498,7 +496,7 @@ void Shim::InForkChild() {
   // The child has one thread and none of ours: forget the pool without a
   // driver call or a lock, leave the parent's log alone, pass everything through.
   if (pool_) pool_->AbandonAfterFork();
-  g_pool.store(nullptr, std::memory_order_relaxed);
+  __atomic_store_n(&g_active_pool, nullptr, __ATOMIC_RELAXED);
   g_collector.store(nullptr, std::memory_order_relaxed);
   g_shim.store(nullptr, std::memory_order_relaxed);
 }

@@ -26,6 +26,8 @@ class Collector;
 enum class Via { kSymbol, kDlsym, kGetProc };
 const char* ViaName(Via via);
 
+extern Pool* g_active_pool;  // see Shim::ActivePool
+
 class Shim {
  public:
   // The instance, set up on first use; null in a fork's child after setup,
@@ -33,8 +35,10 @@ class Shim {
   static Shim* Active();
   // The instance if already set up, without setting it up (queries, teardown).
   static Shim* IfActive();
-  // The pool when deferring (memory hooks only need this); else null.
-  static Pool* ActivePool();
+  // The pool when deferring (memory hooks only need this); else null. A
+  // builtin, not std::atomic: a sanitizer's runtime reaches the free hook
+  // before its shadow memory exists (see shim/CMakeLists.txt).
+  static Pool* ActivePool() { return __atomic_load_n(&g_active_pool, __ATOMIC_ACQUIRE); }
 
   // cudaHostRegister / cudaHostUnregister: time and record the call. A pool
   // hit or deferral is taken here; anything else in the driver hook beneath.

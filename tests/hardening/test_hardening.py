@@ -18,6 +18,9 @@ import sys
 import tempfile
 import unittest
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+import sanitizer_env  # noqa: E402
+
 LIB = os.environ["LAZYPIN_LIB"]
 SIM = os.environ["SIMCUDA_DIR"]
 APPS = os.environ["TESTAPPS_DIR"]
@@ -86,13 +89,14 @@ class Base(unittest.TestCase):
         elif preload:
             env["LD_PRELOAD"] = preload
         env.update({k: str(v) for k, v in extra.items()})
-        return env
+        return sanitizer_env.apply(env, LIB)
 
     def run_app(self, argv, shim=True, timeout=120, preload=None, libpath=None, **extra):
         for old in glob.glob(os.path.join(self.dir, "lp-*.jsonl")):
             os.unlink(old)
         proc = subprocess.run(argv, env=self.env(shim, preload, libpath, **extra), cwd=self.dir,
                               text=True, errors="replace", capture_output=True, timeout=timeout)
+        self.assertEqual(sanitizer_env.reports(proc.stderr), [], proc.stderr[-3000:])
         logs = sorted(glob.glob(os.path.join(self.dir, "lp-*.jsonl")), key=os.path.getmtime)
         return Run(proc, logs)
 
@@ -173,6 +177,7 @@ class Reentrancy(Base):
         self.assertGreater(s["pool"]["evictions"]["free"], 100, json.dumps(s["pool"]))
         return run, line, s
 
+    @unittest.skipIf(sanitizer_env.ACTIVE, "the app's handler frees only glibc's mmap'd chunks")
     def test_signal_handler_free_outside_lazypin(self):
         # SIGALRM is blocked around cudaHostRegister/Unregister, so the handler
         # interrupts the program's own code or cudaMemcpy, i.e. the CUDA driver
@@ -185,6 +190,7 @@ class Reentrancy(Base):
         figure("signal(defer, --block-cuda) %s evictions.free=%d" % (
             line, s["pool"]["evictions"]["free"]))
 
+    @unittest.skipIf(sanitizer_env.ACTIVE, "the app's handler frees only glibc's mmap'd chunks")
     def test_signal_handler_free_inside_lazypin(self):
         # The handler may also interrupt cudaHostRegister/Unregister, i.e.
         # lazypin's own code (holding the pool's lock): the free is queued on
@@ -286,6 +292,7 @@ class Allocators(Base):
         return turned_off
 
     @unittest.skipUnless(have(JEMALLOC), "libjemalloc2 not installed (scripts/setup installs it)")
+    @unittest.skipIf(sanitizer_env.ACTIVE, "two allocators besides ASan's in one process")
     def test_jemalloc_before_and_after(self):
         self.assertFalse(self.torture(JEMALLOC + ":" + LIB))
         self.assertFalse(self.torture(LIB + ":" + JEMALLOC))

@@ -12,9 +12,13 @@ import os
 import resource
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+import sanitizer_env  # noqa: E402
 
 LIB = os.environ["LAZYPIN_LIB"]
 SIM = os.environ["SIMCUDA_DIR"]
@@ -62,13 +66,15 @@ class PreloadTest(unittest.TestCase):
             env["LD_PRELOAD"] = LIB
             env["LAZYPIN_LOG"] = os.path.join(self.dir, "lp-%p.jsonl")
         env.update({k: str(v) for k, v in extra.items()})
-        return env
+        return sanitizer_env.apply(env, LIB)
 
     def run_app(self, argv, shim=True, timeout=120, preexec=None, **extra):
         for old in glob.glob(os.path.join(self.dir, "lp-*.jsonl")):
             os.unlink(old)
         proc = subprocess.run(argv, env=self.env(shim, **extra), cwd=self.dir, text=True,
                               capture_output=True, timeout=timeout, preexec_fn=preexec)
+        self.assertEqual(sanitizer_env.reports(proc.stderr), [], proc.stderr[-3000:])
+        self.assertEqual(sanitizer_env.reports(proc.stderr), [], proc.stderr[-3000:])
         logs = sorted(glob.glob(os.path.join(self.dir, "lp-*.jsonl")))
         records = read_log(logs[0]) if logs else []
         return Run(proc, logs[0] if logs else None, records)
@@ -162,6 +168,8 @@ class PreloadTest(unittest.TestCase):
         for reason in ("free", "munmap", "mmap_fixed", "madvise", "mremap"):
             self.assertGreater(evictions.get(reason, 0), 0, (reason, evictions))
 
+    @unittest.skipIf(sanitizer_env.ACTIVE, "GCC 12's ASan allocator can deadlock in a fork child "
+                     "when another thread allocated at fork time")
     def test_forker_child_never_touches_cuda(self):
         run = self.run_app([app("forker")], LAZYPIN_MODE="defer")
         self.assertEqual(run.rc, 0, run.err)
@@ -254,6 +262,16 @@ class PreloadTest(unittest.TestCase):
         for banned in ("libcudart", "libcuda.so", "libspdlog", "libfmt"):
             self.assertNotIn(banned, ldd)
 
+    @unittest.skipUnless(sanitizer_env.ACTIVE, "only under scripts/test --asan")
+    def test_sanitizer_runtime_is_in_the_apps(self):
+        # The app-running tests check the instrumented shim only if ASan's
+        # runtime really is loaded beside it in the apps.
+        maps = subprocess.run(["cat", "/proc/self/maps"], env=self.env(True), text=True,
+                              capture_output=True, check=True).stdout
+        self.assertIn("liblazypin.so", maps)
+        self.assertIn("libasan.so", maps)
+
+    @unittest.skipIf(sanitizer_env.ACTIVE, "the installed runner preloads the library alone")
     def test_installed_tools_find_the_library(self):
         prefix = os.path.join(self.dir, "prefix")
         subprocess.run(["cmake", "--install", os.environ["BUILD_DIR"], "--prefix", prefix],
