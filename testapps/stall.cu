@@ -12,6 +12,10 @@
 //               the kernel was launched
 //   register    A times cudaHostRegister of another 4 MiB buffer while the
 //               kernel runs (the brief: register does not wait for the kernel)
+//   free        A times free() of a third 4 MiB buffer, registered and
+//               unregistered before the kernel (so lazypin pools it): under
+//               lazypin the pooled registration must go before the memory
+//               does, and that unregister must not stall the program's free
 // A waits --delay-ms (default 20) after the launch before its call so that the
 // kernel is surely running.
 //
@@ -21,7 +25,7 @@
 // copies, the kernel's measured time (events); then one line
 //   RESULT app=stall kernel_ms=<measured> unreg_us= reg_us= worst_copy_us=
 //          median_copy_us= worst_copy_baseline_us= median_copy_baseline_us=
-//          worst_copy_reg_us= copies= copies_baseline=
+//          worst_copy_reg_us= copies= copies_baseline= free_us= worst_copy_free_us=
 #include "common.h"
 
 #include <cuda_runtime.h>
@@ -94,8 +98,10 @@ int main(int argc, char** argv) {
   CHECK(cudaMalloc(&dev_out, sizeof(int)));
   void* reg_a = tapp::alloc_aligned(reg_bytes);
   void* reg_b = tapp::alloc_aligned(reg_bytes);
+  void* reg_c = tapp::alloc_aligned(reg_bytes);
   std::memset(reg_a, 1, reg_bytes);
   std::memset(reg_b, 2, reg_bytes);
+  std::memset(reg_c, 3, reg_bytes);
 
   // Warm the copy path.
   for (int i = 0; i < 5; ++i) {
@@ -103,9 +109,13 @@ int main(int argc, char** argv) {
     CHECK(cudaStreamSynchronize(s_copy));
   }
 
-  auto phase = [&](int which) {  // 0 baseline, 1 unregister, 2 register
+  auto phase = [&](int which) {  // 0 baseline, 1 unregister, 2 register, 3 free
     PhaseResult r;
     if (which == 1) CHECK(cudaHostRegister(reg_a, reg_bytes, 0));
+    if (which == 3) {
+      CHECK(cudaHostRegister(reg_c, reg_bytes, 0));
+      CHECK(cudaHostUnregister(reg_c));
+    }
     CHECK(cudaDeviceSynchronize());
     std::vector<double> times;
     times.reserve(100000);
@@ -123,13 +133,14 @@ int main(int argc, char** argv) {
     double t0 = tapp::now_us();
     if (which == 1) CHECK(cudaHostUnregister(reg_a));
     if (which == 2) CHECK(cudaHostRegister(reg_b, reg_bytes, 0));
+    if (which == 3) std::free(reg_c);
     r.call_us = tapp::now_us() - t0;
     b.join();
     CHECK(cudaEventSynchronize(k1));
     CHECK(cudaEventElapsedTime(&r.kernel_ms, k0, k1));
     if (which == 2) CHECK(cudaHostUnregister(reg_b));
     r.copies = tapp::stats(times);
-    static const char* names[] = {"baseline", "unregister", "register"};
+    static const char* names[] = {"baseline", "unregister", "register", "free"};
     std::printf("stall %-10s call=%.1f us  B copies=%zu worst=%.1f us median=%.1f us  kernel=%.1f ms\n",
                 names[which], r.call_us, r.copies.n, r.copies.max, r.copies.median, r.kernel_ms);
     std::fflush(stdout);
@@ -139,12 +150,15 @@ int main(int argc, char** argv) {
   PhaseResult base = phase(0);
   PhaseResult unreg = phase(1);
   PhaseResult reg = phase(2);
+  PhaseResult freed = phase(3);
 
   std::printf("RESULT app=stall kernel_ms=%.2f unreg_us=%.2f reg_us=%.2f worst_copy_us=%.2f "
               "median_copy_us=%.2f worst_copy_baseline_us=%.2f median_copy_baseline_us=%.2f "
-              "worst_copy_reg_us=%.2f copies=%zu copies_baseline=%zu\n",
+              "worst_copy_reg_us=%.2f copies=%zu copies_baseline=%zu free_us=%.2f "
+              "worst_copy_free_us=%.2f\n",
               unreg.kernel_ms, unreg.call_us, reg.call_us, unreg.copies.max, unreg.copies.median,
-              base.copies.max, base.copies.median, reg.copies.max, unreg.copies.n, base.copies.n);
+              base.copies.max, base.copies.median, reg.copies.max, unreg.copies.n, base.copies.n,
+              freed.call_us, freed.copies.max);
 
   CHECK(cudaEventDestroy(k0));
   CHECK(cudaEventDestroy(k1));
