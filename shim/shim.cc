@@ -88,22 +88,34 @@ Fn DriverFn(real::Lazy<Fn>& lazy, const char* name) {
   return lazy.Get(&real::Driver, name);
 }
 
-// The pool's route to the real driver.
+// The pool's route to the real driver: lazypin's own unregisters (evictions).
 class RealPoolDriver final : public PoolDriver {
  public:
   int Unregister(uintptr_t ptr, Context ctx) override {
     auto unregister = DriverFn(unregister_, "cuMemHostUnregister");
     auto push = DriverFn(push_, "cuCtxPushCurrent_v2");
     auto pop = DriverFn(pop_, "cuCtxPopCurrent_v2");
+    auto sync = DriverFn(sync_, "cuCtxSynchronize");
+    auto capture_mode = DriverFn(capture_mode_, "cuThreadExchangeStreamCaptureMode");
     if (unregister == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+    // Not part of any stream capture the program has in progress: in the
+    // default (global) mode this thread's unregister would be refused and
+    // would invalidate another thread's capture. Allocators do the same.
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    const bool relaxed = capture_mode != nullptr && capture_mode(&mode) == CUDA_SUCCESS;
     // The registration belongs to `ctx`; whichever thread evicts, make it current.
     const bool pushed = ctx != nullptr && push != nullptr && pop != nullptr &&
                         push(static_cast<CUcontext>(ctx)) == CUDA_SUCCESS;
+    // An unregister waits for all work in flight, and meanwhile every other
+    // thread's CUDA calls wait behind it (BRIEF.md). Wait for that work here
+    // first, where nobody waits behind us: the unregister then finds the GPU idle.
+    if (pushed && sync != nullptr) sync();
     const int result = unregister(reinterpret_cast<void*>(ptr));
     if (pushed) {
       CUcontext popped;
       pop(&popped);
     }
+    if (relaxed) capture_mode(&mode);
     return result;
   }
   bool ReadFrames(uintptr_t ptr, size_t bytes, std::vector<uint64_t>* frames) override {
@@ -115,6 +127,8 @@ class RealPoolDriver final : public PoolDriver {
   real::Lazy<CUresult (*)(void*)> unregister_;
   real::Lazy<CUresult (*)(CUcontext)> push_;
   real::Lazy<CUresult (*)(CUcontext*)> pop_;
+  real::Lazy<CUresult (*)()> sync_;
+  real::Lazy<CUresult (*)(CUstreamCaptureMode*)> capture_mode_;
 };
 
 class ShimPoolObserver final : public PoolObserver {

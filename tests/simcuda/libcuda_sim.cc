@@ -1038,6 +1038,14 @@ API CUresult CUDAAPI cuCtxSynchronize(void) {
   return CUDA_SUCCESS;
 }
 
+// No stream capture is simulated; the mode is kept per thread, as the driver does.
+API CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  static thread_local CUstreamCaptureMode current = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::swap(*mode, current);
+  return CUDA_SUCCESS;
+}
+
 // --------------------------------------------------- host registration ----
 API CUresult CUDAAPI cuMemHostRegister_v2(void* p, size_t bytesize, unsigned int Flags) {
   return register_impl(p, bytesize, Flags, false);
@@ -1508,6 +1516,7 @@ const ProcEntry kProcs[] = {
     P("cuCtxGetCurrent", 4000, cuCtxGetCurrent),
     P("cuCtxGetDevice", 2000, cuCtxGetDevice),
     P("cuCtxSynchronize", 2000, cuCtxSynchronize),
+    P("cuThreadExchangeStreamCaptureMode", 10010, cuThreadExchangeStreamCaptureMode),
     P("cuGetProcAddress", 11030, cuGetProcAddress),
     P("cuGetProcAddress", 12000, cuGetProcAddress_v2),
     P("cuMemHostRegister", 4000, cuMemHostRegister),
