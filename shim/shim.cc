@@ -95,21 +95,20 @@ class RealPoolDriver final : public PoolDriver {
     auto unregister = DriverFn(unregister_, "cuMemHostUnregister");
     auto push = DriverFn(push_, "cuCtxPushCurrent_v2");
     auto pop = DriverFn(pop_, "cuCtxPopCurrent_v2");
-    auto sync = DriverFn(sync_, "cuCtxSynchronize");
     auto capture_mode = DriverFn(capture_mode_, "cuThreadExchangeStreamCaptureMode");
     if (unregister == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
     // Not part of any stream capture the program has in progress: in the
-    // default (global) mode this thread's unregister would be refused and
-    // would invalidate another thread's capture. Allocators do the same.
+    // default (global) mode this thread's unregister would be refused (900)
+    // and invalidate another thread's capture (measured on the H200;
+    // testapps/capture.cu). Allocators (PyTorch's) do the same.
     CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
     const bool relaxed = capture_mode != nullptr && capture_mode(&mode) == CUDA_SUCCESS;
     // The registration belongs to `ctx`; whichever thread evicts, make it current.
     const bool pushed = ctx != nullptr && push != nullptr && pop != nullptr &&
                         push(static_cast<CUcontext>(ctx)) == CUDA_SUCCESS;
-    // An unregister waits for all work in flight, and meanwhile every other
-    // thread's CUDA calls wait behind it (BRIEF.md). Wait for that work here
-    // first, where nobody waits behind us: the unregister then finds the GPU idle.
-    if (pushed && sync != nullptr) sync();
+    // No cuCtxSynchronize first, although waiting for the GPU here would spare
+    // the other threads the unregister's stall: a synchronize invalidates a
+    // capture in progress even in relaxed mode (measured, docs/design.md).
     const int result = unregister(reinterpret_cast<void*>(ptr));
     if (pushed) {
       CUcontext popped;
@@ -127,7 +126,6 @@ class RealPoolDriver final : public PoolDriver {
   real::Lazy<CUresult (*)(void*)> unregister_;
   real::Lazy<CUresult (*)(CUcontext)> push_;
   real::Lazy<CUresult (*)(CUcontext*)> pop_;
-  real::Lazy<CUresult (*)()> sync_;
   real::Lazy<CUresult (*)(CUstreamCaptureMode*)> capture_mode_;
 };
 

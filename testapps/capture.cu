@@ -7,8 +7,12 @@
 // neither be refused nor invalidate the capture. GPU-ONLY MEANINGFUL: the
 // simulated driver has no stream capture.
 //
-// CLI: capture [--buffers 8] [--bytes 1M]
+// CLI: capture [--buffers 8] [--bytes 1M] [--probe sync|unregister] [--relaxed]
 // Prints every code and the graph's result; the output must not change with lazypin.
+// --probe: the releasing thread itself calls cudaDeviceSynchronize or
+// cudaHostUnregister (of a buffer registered before the capture) during the
+// capture, in relaxed capture mode with --relaxed: what the driver allows
+// there, i.e. what lazypin may do while a capture is in progress.
 #include <sys/mman.h>
 
 #include <chrono>
@@ -20,14 +24,17 @@
 
 namespace {
 
-const char* kUsage = "usage: capture [--buffers 8] [--bytes 1M]\n";
+const char* kUsage =
+    "usage: capture [--buffers 8] [--bytes 1M] [--probe sync|unregister] [--relaxed]\n";
 
 __global__ void add_one(int* counter) { atomicAdd(counter, 1); }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  tapp::Args args(argc, argv, {"buffers", "bytes"}, {}, kUsage);
+  tapp::Args args(argc, argv, {"buffers", "bytes", "probe"}, {"relaxed"}, kUsage);
+  const std::string probe = args.str("probe", "");
+  const bool relaxed = args.has("relaxed");
   const int n = static_cast<int>(args.real("buffers", 8));
   const size_t bytes = args.size("bytes", 1 << 20);
 
@@ -59,12 +66,21 @@ int main(int argc, char** argv) {
     std::printf(" copy=%d", cudaMemcpy(dev, p, bytes, cudaMemcpyHostToDevice));
     std::printf(" unregister=%d\n", cudaHostUnregister(p));
   }
+  void* kept = tapp::alloc_aligned(bytes);
+  if (probe == "unregister") CHECK(cudaHostRegister(kept, bytes, 0));
   CHECK(cudaDeviceSynchronize());
 
   std::printf("begin capture=%d\n", cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
   add_one<<<1, 1, 0, s>>>(counter);
   std::printf("launch 1=%d\n", cudaGetLastError());
   std::thread releaser([&] {
+    if (!probe.empty()) {
+      cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+      if (relaxed) std::printf("probe exchange mode=%d\n", cudaThreadExchangeStreamCaptureMode(&mode));
+      if (probe == "sync") std::printf("probe sync=%d\n", cudaDeviceSynchronize());
+      if (probe == "unregister") std::printf("probe unregister=%d\n", cudaHostUnregister(kept));
+      cudaGetLastError();
+    }
     for (void* p : heap) std::free(p);
     for (void* p : mapped) munmap(p, bytes);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // lazypin's collector runs
