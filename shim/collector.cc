@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 
 #include "pool.h"
 #include "thread_state.h"
@@ -33,16 +34,32 @@ Collector::Collector(Pool* pool, int64_t idle_ms, FreeFn real_free)
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
-bool Collector::TakeFree(void* block) {
-  if (stopping_.load(std::memory_order_acquire)) return false;
-  auto* node = static_cast<FreedBlock*>(block);
+uint64_t Collector::TakeFree(void* block, size_t bytes) {
+  if (stopping_.load(std::memory_order_acquire)) return 0;
+  auto* node = static_cast<FreedBlock*>(block);  // malloc's blocks hold at least 24 bytes
+  node->bytes = bytes;
+  pending_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   FreedBlock* head = frees_.load(std::memory_order_relaxed);
   do {
     node->next = head;
   } while (!frees_.compare_exchange_weak(head, node, std::memory_order_release,
                                          std::memory_order_relaxed));
+  const uint64_t ticket = handed_.fetch_add(1, std::memory_order_acq_rel) + 1;
   Wake();
-  return true;
+  return ticket;
+}
+
+bool Collector::WaitFreed(uint64_t ticket, int64_t timeout_ms) {
+  const int64_t deadline = MonotonicMs() + timeout_ms;
+  for (;;) {
+    const uint32_t seen = finished_.load(std::memory_order_acquire);
+    // Tickets compared modulo 2^32: the futex word holds the low bits.
+    if (static_cast<int32_t>(seen - static_cast<uint32_t>(ticket)) >= 0) return true;
+    const int64_t left = deadline - MonotonicMs();
+    if (left <= 0) return false;
+    struct timespec timeout = {left / 1000, (left % 1000) * 1000000};
+    syscall(SYS_futex, &finished_, FUTEX_WAIT_PRIVATE, seen, &timeout, nullptr, 0);
+  }
 }
 
 void Collector::Wake() {
@@ -51,13 +68,21 @@ void Collector::Wake() {
 }
 
 void Collector::FinishFrees() {
+  const uint64_t upto = handed_.load(std::memory_order_acquire);
   FreedBlock* node = frees_.exchange(nullptr, std::memory_order_acquire);
   while (node != nullptr) {
     FreedBlock* next = node->next;
+    const size_t bytes = node->bytes;
     const uintptr_t lo = reinterpret_cast<uintptr_t>(node);
-    pool_->Invalidate(lo, lo + malloc_usable_size(node), EvictReason::kFree);
+    pool_->Invalidate(lo, lo + bytes, EvictReason::kFree);
     real_free_(node);
+    pending_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
     node = next;
+  }
+  if (static_cast<int32_t>(static_cast<uint32_t>(upto) -
+                           finished_.load(std::memory_order_relaxed)) > 0) {
+    finished_.store(static_cast<uint32_t>(upto), std::memory_order_release);
+    syscall(SYS_futex, &finished_, FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
   }
 }
 

@@ -28,11 +28,17 @@ class Collector {
   Collector(const Collector&) = delete;
   Collector& operator=(const Collector&) = delete;
 
-  // Async-signal-safe, lock-free: takes over a malloc'd block that overlaps
-  // pooled memory; the thread invalidates, then frees it. False once
-  // stopping (the caller frees it itself). One racing with Stop() may stay
-  // unfreed: a leak at exit, never a stale registration.
-  bool TakeFree(void* block);
+  // Async-signal-safe, lock-free: takes over a malloc'd block of `bytes`
+  // that overlaps pooled memory; the thread invalidates, then frees it.
+  // Returns a ticket for WaitFreed, 0 once stopping (the caller frees it
+  // itself). One racing with Stop() may stay unfreed: a leak at exit, never
+  // a stale registration.
+  uint64_t TakeFree(void* block, size_t bytes);
+  // Waits until the block with `ticket` is freed, at most `timeout_ms`.
+  // Async-signal-safe (a futex); false on timeout.
+  bool WaitFreed(uint64_t ticket, int64_t timeout_ms);
+  // Bytes handed over and not yet freed.
+  uint64_t PendingBytes() const { return pending_bytes_.load(std::memory_order_relaxed); }
   // Stops and joins the thread, then finishes the frees handed over.
   void Stop();
 
@@ -40,6 +46,7 @@ class Collector {
   // A block handed over; the block's own first bytes hold the link.
   struct FreedBlock {
     FreedBlock* next;
+    size_t bytes;
   };
   void Run();
   void FinishFrees();
@@ -50,6 +57,11 @@ class Collector {
   const FreeFn real_free_;
   std::atomic<FreedBlock*> frees_{nullptr};
   std::atomic<uint32_t> wake_seq_{0};  // a futex: bumped by Wake()
+  // Tickets: a block's ticket is taken after it is on the list, so every
+  // ticket up to a value read before taking the list is in what was taken.
+  std::atomic<uint64_t> handed_{0};
+  std::atomic<uint32_t> finished_{0};  // a futex: the last ticket freed (low 32 bits)
+  std::atomic<uint64_t> pending_bytes_{0};
   std::atomic<bool> stopping_{false};
   std::thread thread_;
 };

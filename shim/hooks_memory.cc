@@ -195,7 +195,9 @@ LAZYPIN_EXPORT void free(void* ptr) {
         if (t_state.queued_free_count < ThreadState::kQueuedFrees) {
           t_state.queued_frees[t_state.queued_free_count++] = ptr;
         } else {
-          Shim::HandOverFree(ptr);  // if it cannot (exit): a leak, never a stale registration
+          // No wait here: this thread may hold the pool's lock. If the
+          // collector is gone (exit): a leak, never a stale registration.
+          Shim::HandOverFree(ptr, hi - lo, /*may_wait=*/false);
         }
         return;
       }
@@ -208,7 +210,7 @@ LAZYPIN_EXPORT void free(void* ptr) {
         pooled = pool->HoldsDeferred(lo, hi);
       }
       if (pooled) {
-        if (Shim::HandOverFree(ptr)) return;
+        if (Shim::HandOverFree(ptr, hi - lo, /*may_wait=*/true)) return;
         Shim::MemoryLeaving(lo, hi, EvictReason::kFree);  // no collector (exit): here
       }
     }

@@ -448,9 +448,19 @@ void Shim::MemoryLeaving(uintptr_t lo, uintptr_t hi, EvictReason reason) {
   pool->Invalidate(lo, hi, reason);
 }
 
-bool Shim::HandOverFree(void* block) {
+bool Shim::HandOverFree(void* block, size_t bytes, bool may_wait) {
   Collector* collector = g_collector.load(std::memory_order_acquire);
-  return collector != nullptr && collector->TakeFree(block);
+  const uint64_t ticket = collector != nullptr ? collector->TakeFree(block, bytes) : 0;
+  if (ticket == 0) return false;
+  // What the program freed must not pile up (a program that frees 40 GiB and
+  // allocates 40 GiB again would need both): past the bound, this free waits
+  // for its block, as it did when the free hook unregistered inline. Bounded,
+  // so that a signal handler's free that interrupted the driver (which the
+  // collector then waits for) only waits that long.
+  if (may_wait && collector->PendingBytes() > kMaxPendingFreeBytes) {
+    collector->WaitFreed(ticket, kPendingFreeWaitMs);
+  }
+  return true;
 }
 
 void Shim::AtExit(const char* ended_by) {

@@ -56,9 +56,13 @@ class Shim {
 
   // Memory [lo, hi) is about to leave the process.
   static void MemoryLeaving(uintptr_t lo, uintptr_t hi, EvictReason reason);
-  // Async-signal-safe: the collector invalidates, then frees `block`. False
-  // when there is no collector (not deferring, after exit, in a fork's child).
-  static bool HandOverFree(void* block);
+  // Async-signal-safe: the collector invalidates, then frees `block` (of
+  // `bytes`). False when there is no collector (not deferring, after exit, in
+  // a fork's child). With `may_wait`, waits (boundedly) for it once more than
+  // kMaxPendingFreeBytes are handed over and not yet freed.
+  static bool HandOverFree(void* block, size_t bytes, bool may_wait);
+  static constexpr uint64_t kMaxPendingFreeBytes = uint64_t{64} << 20;
+  static constexpr int64_t kPendingFreeWaitMs = 2000;
 
   // Exit, fork and signal handling (public for the C callbacks).
   void AtExit(const char* ended_by);

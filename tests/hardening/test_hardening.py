@@ -439,6 +439,20 @@ class Exhaustion(Base):
         figure("exhaustion: limit 4 MiB, 4 pooled buffers; make_room evictions=%d; "
                "out-of-memory calls passed on=%d" % (ev["make_room"], len(failed)))
 
+    def test_big_pooled_free_returns_memory_before_it_returns(self):
+        # The collector frees pooled blocks after unregistering them; past 64 MiB
+        # pending, free() waits for that, so a program that frees a big buffer
+        # and allocates another does not need both at once.
+        argv = [happ("exhaust"), "--big-free", "160"]
+        bare = self.run_app(argv, shim=False)
+        self.assertEqual(bare.rc, 0, bare.why())
+        run = self.run_app(argv, LAZYPIN_MODE="defer")
+        self.assertClean(run)
+        self.assertEqual(run.out, bare.out)
+        self.assertEqual(run.out.count("released=yes"), 3, run.out)
+        self.assertEqual(run.summary()["pool"]["evictions"].get("free"), 3)
+        figure("big-free 3 x 160 MiB: " + run.out.strip().replace("\n", " | "))
+
     def test_make_room_leaves_no_last_error(self):
         bare = self.run_exhaust(False)
         run = self.run_exhaust(True, LAZYPIN_MODE="defer")

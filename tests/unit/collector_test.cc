@@ -32,6 +32,7 @@ std::mutex g_mu;
 std::vector<std::string> g_events;
 model::DriverModel g_model;
 std::atomic<int64_t> g_now{0};
+std::atomic<bool> g_hold_unregister{false};  // a driver stuck (a busy GPU, a held lock)
 
 void Event(std::string e) {
   std::lock_guard<std::mutex> lock(g_mu);
@@ -43,6 +44,7 @@ std::string Hex(const void* p) { return absl::StrFormat("%p", p); }
 class FakeDriver final : public PoolDriver {
  public:
   int Unregister(uintptr_t ptr, Context) override {
+    while (g_hold_unregister.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     Event("unregister " + Hex(reinterpret_cast<void*>(ptr)));
     std::lock_guard<std::mutex> lock(g_mu);
     return g_model.Unregister(ptr);
@@ -100,7 +102,7 @@ class CollectorTest : public ::testing::Test {
 TEST_F(CollectorTest, HandedOverBlockIsUnregisteredThenFreed) {
   Collector collector(pool_.get(), /*idle_ms=*/0, &FakeRealFree);
   void* p = PooledBlock(100000);
-  ASSERT_TRUE(collector.TakeFree(p));
+  ASSERT_NE(collector.TakeFree(p, malloc_usable_size(p)), 0u);
   ASSERT_TRUE(WaitForEvents(2));
   EXPECT_EQ(Events(), (std::vector<std::string>{"unregister " + Hex(p), "free " + Hex(p)}));
   EXPECT_TRUE(pool_->Empty());
@@ -111,10 +113,10 @@ TEST_F(CollectorTest, NothingHandedOverIsLostAcrossStop) {
   Collector collector(pool_.get(), 0, &FakeRealFree);
   std::vector<void*> blocks;
   for (int i = 0; i < 200; ++i) blocks.push_back(PooledBlock(4096 + 64 * i));
-  for (void* p : blocks) ASSERT_TRUE(collector.TakeFree(p));
+  for (void* p : blocks) ASSERT_NE(collector.TakeFree(p, malloc_usable_size(p)), 0u);
   collector.Stop();  // finishes what the thread had not yet
   void* late = malloc(16);
-  EXPECT_FALSE(collector.TakeFree(late));  // after Stop the caller frees it
+  EXPECT_EQ(collector.TakeFree(late, 16), 0u);  // after Stop the caller frees it
   free(late);
   const std::vector<std::string> events = Events();
   ASSERT_EQ(events.size(), 400u);
@@ -129,10 +131,34 @@ TEST_F(CollectorTest, NothingHandedOverIsLostAcrossStop) {
   EXPECT_TRUE(g_model.regs().empty());
 }
 
+TEST_F(CollectorTest, WaitFreedReturnsOnceTheBlockIsFreed) {
+  Collector collector(pool_.get(), 0, &FakeRealFree);
+  void* p = PooledBlock(1 << 20);
+  const uint64_t ticket = collector.TakeFree(p, 1 << 20);
+  ASSERT_NE(ticket, 0u);
+  ASSERT_TRUE(collector.WaitFreed(ticket, 5000));
+  EXPECT_EQ(Events().back(), "free " + Hex(p));  // freed before WaitFreed returned
+  EXPECT_EQ(collector.PendingBytes(), 0u);
+  collector.Stop();
+}
+
+TEST_F(CollectorTest, WaitFreedGivesUpWhenTheDriverIsStuck) {
+  Collector collector(pool_.get(), 0, &FakeRealFree);
+  void* p = PooledBlock(4096);
+  g_hold_unregister = true;
+  const uint64_t ticket = collector.TakeFree(p, 4096);
+  EXPECT_FALSE(collector.WaitFreed(ticket, 50));  // bounded: the caller goes on
+  EXPECT_EQ(collector.PendingBytes(), 4096u);
+  g_hold_unregister = false;
+  EXPECT_TRUE(collector.WaitFreed(ticket, 5000));
+  EXPECT_EQ(Events(), (std::vector<std::string>{"unregister " + Hex(p), "free " + Hex(p)}));
+  collector.Stop();
+}
+
 TEST_F(CollectorTest, BlockWithNothingPooledIsJustFreed) {
   Collector collector(pool_.get(), 0, &FakeRealFree);
   void* p = malloc(64);
-  ASSERT_TRUE(collector.TakeFree(p));
+  ASSERT_NE(collector.TakeFree(p, malloc_usable_size(p)), 0u);
   ASSERT_TRUE(WaitForEvents(1));
   EXPECT_EQ(Events(), (std::vector<std::string>{"free " + Hex(p)}));
   collector.Stop();
@@ -140,7 +166,7 @@ TEST_F(CollectorTest, BlockWithNothingPooledIsJustFreed) {
 
 Collector* g_signal_collector = nullptr;
 void* g_signal_block = nullptr;
-void HandOverFromSignal(int) { g_signal_collector->TakeFree(g_signal_block); }
+void HandOverFromSignal(int) { g_signal_collector->TakeFree(g_signal_block, 8192); }
 
 TEST_F(CollectorTest, HandOverFromASignalHandler) {
   Collector collector(pool_.get(), 0, &FakeRealFree);

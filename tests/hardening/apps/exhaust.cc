@@ -9,11 +9,53 @@
 //      ways, and the last error too;
 //   4. unregister everything, register again: 0.
 // Prints every code; the output must be the same with and without lazypin.
+//
+// exhaust --big-free MIB: 3 rounds of a MIB-sized malloc'd buffer, touched,
+// registered, copied and unregistered (pooled under lazypin), then freed;
+// prints whether the process's resident memory dropped by at least half of it
+// by the time free() returned (lazypin hands pooled frees to its thread, but
+// waits once more than 64 MiB are pending, so big frees stay synchronous).
 #include "hcommon.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
 
 #include <vector>
 
+size_t ResidentBytes() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  unsigned long size = 0, resident = 0;
+  if (f != nullptr) {
+    if (std::fscanf(f, "%lu %lu", &size, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return resident * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+int BigFree(size_t bytes) {
+  void* dev = nullptr;
+  EXPECT(cudaMalloc(&dev, 1 << 20), 0);
+  for (int round = 0; round < 3; ++round) {
+    auto* p = static_cast<unsigned char*>(std::malloc(bytes));
+    if (p == nullptr) return 1;
+    std::memset(p, round + 1, bytes);
+    const int r1 = cudaHostRegister(p, bytes, 0);
+    const int c = cudaMemcpy(dev, p, 1 << 20, cudaMemcpyHostToDevice);
+    const int r2 = cudaHostUnregister(p);
+    const size_t before = ResidentBytes();
+    std::free(p);
+    const size_t after = ResidentBytes();
+    std::printf("big-free round %d register=%d copy=%d unregister=%d released=%s\n", round, r1, c,
+                r2, before > after && before - after >= bytes / 2 ? "yes" : "no");
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  const double big = hard::arg_double(argc, argv, "--big-free", 0);
+  if (big > 0) return BigFree(static_cast<size_t>(big) << 20);
   const int n = static_cast<int>(hard::arg_double(argc, argv, "--buffers", 4));
   const size_t kN = 1 << 20;
   void* dev = nullptr;
