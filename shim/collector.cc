@@ -3,7 +3,6 @@
 
 #include <linux/futex.h>
 #include <malloc.h>
-#include <signal.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -27,11 +26,7 @@ int64_t MonotonicMs() {
 
 Collector::Collector(Pool* pool, int64_t idle_ms, FreeFn real_free)
     : pool_(pool), idle_ms_(idle_ms), real_free_(real_free) {
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &old);  // the new thread inherits the mask
-  thread_ = std::thread([this] { Run(); });
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  thread_ = StartThreadWithSignalsBlocked([this] { Run(); });
 }
 
 uint64_t Collector::TakeFree(void* block, size_t bytes) {

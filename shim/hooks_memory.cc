@@ -215,7 +215,7 @@ LAZYPIN_EXPORT void free(void* ptr) {
       }
     }
   }
-  if (FreeFn real = Real(g_free, "free")) real(ptr);
+  RealFree(ptr);
 }
 
 void lazypin::RealFree(void* ptr) {

@@ -19,6 +19,7 @@
 #include "spdlog/async_logger.h"
 #include "spdlog/details/null_mutex.h"
 #include "spdlog/sinks/base_sink.h"
+#include "thread_state.h"
 
 namespace lazypin {
 namespace {
@@ -114,10 +115,7 @@ Log::Log(int fd, std::string path) : fd_(fd), path_(std::move(path)) {
   logger_ = std::make_shared<spdlog::async_logger>("lazypin", std::move(sink), pool_,
                                                    spdlog::async_overflow_policy::block);
   logger_->set_level(spdlog::level::info);
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &old);  // the flusher inherits the mask
-  flusher_ = std::thread([this] {
+  flusher_ = StartThreadWithSignalsBlocked([this] {
     std::unique_lock<std::mutex> lock(flusher_mu_);
     while (!flusher_wake_.wait_for(lock, std::chrono::milliseconds(10),
                                    [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stop_flusher_; })) {
@@ -126,7 +124,6 @@ Log::Log(int fd, std::string path) : fd_(fd), path_(std::move(path)) {
       lock.lock();
     }
   });
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
 void Log::Write(std::string_view line) {

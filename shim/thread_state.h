@@ -5,6 +5,11 @@
 // handler that interrupted lazypin) wait in a small queue until it returns.
 #pragma once
 
+#include <signal.h>
+
+#include <thread>
+#include <utility>
+
 #include "pool.h"
 
 #define LAZYPIN_TLS __attribute__((tls_model("initial-exec")))
@@ -25,6 +30,18 @@ extern thread_local ThreadState t_state LAZYPIN_TLS;
 // Frees what was queued while `inside`, through the global free (lazypin's
 // hook in the shim), with signals blocked while it takes the queue.
 void FreeQueuedFrees();
+
+// Starts lazypin's own threads (log flusher, collector): every signal blocked
+// in them, so that they never run the program's handlers.
+template <typename Fn>
+std::thread StartThreadWithSignalsBlocked(Fn&& body) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);  // the new thread inherits the mask
+  std::thread thread(std::forward<Fn>(body));
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return thread;
+}
 
 class ScopedInsideLazypin {
  public:

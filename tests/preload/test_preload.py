@@ -74,7 +74,6 @@ class PreloadTest(unittest.TestCase):
         proc = subprocess.run(argv, env=self.env(shim, **extra), cwd=self.dir, text=True,
                               capture_output=True, timeout=timeout, preexec_fn=preexec)
         self.assertEqual(sanitizer_env.reports(proc.stderr), [], proc.stderr[-3000:])
-        self.assertEqual(sanitizer_env.reports(proc.stderr), [], proc.stderr[-3000:])
         logs = sorted(glob.glob(os.path.join(self.dir, "lp-*.jsonl")))
         records = read_log(logs[0]) if logs else []
         return Run(proc, logs[0] if logs else None, records)
