@@ -24,12 +24,21 @@ int64_t MonotonicMs() {
 
 }  // namespace
 
-Collector::Collector(Pool* pool, int64_t idle_ms, FreeFn real_free)
-    : pool_(pool), idle_ms_(idle_ms), real_free_(real_free) {
+Collector::Collector(Pool* pool, int64_t idle_ms, FreeFn real_free, FreeBounds bounds)
+    : pool_(pool), idle_ms_(idle_ms), real_free_(real_free), bounds_(bounds) {
   thread_ = StartThreadWithSignalsBlocked([this] { Run(); });
 }
 
-uint64_t Collector::TakeFree(void* block, size_t bytes) {
+bool Collector::TakeFree(void* block, size_t bytes, bool may_wait) {
+  const uint64_t ticket = HandOver(block, bytes);
+  if (ticket == 0) return false;
+  if (may_wait && PendingBytes() > bounds_.max_pending_bytes) {
+    WaitFreed(ticket, bounds_.pending_wait_ms);
+  }
+  return true;
+}
+
+uint64_t Collector::HandOver(void* block, size_t bytes) {
   if (stopping_.load(std::memory_order_acquire)) return 0;
   auto* node = static_cast<FreedBlock*>(block);  // malloc's blocks hold at least 24 bytes
   node->bytes = bytes;

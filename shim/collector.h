@@ -19,21 +19,37 @@ namespace lazypin {
 
 class Pool;
 
+// What the program freed must not pile up (a program that frees 40 GiB and
+// allocates 40 GiB again would need both): past `max_pending_bytes` handed
+// over and not yet freed, a free waits for its block, as it would if it
+// unregistered inline. Bounded (`pending_wait_ms`), so that a signal handler's
+// free that interrupted the driver (which the collector then waits for) is
+// only delayed.
+struct FreeBounds {
+  uint64_t max_pending_bytes = uint64_t{64} << 20;
+  int64_t pending_wait_ms = 2000;
+};
+
 class Collector {
  public:
   using FreeFn = void (*)(void*);
   // Starts the thread (all signals blocked in it). `real_free` frees a block
   // without lazypin's hook; `idle_ms` 0 turns idle release off.
-  Collector(Pool* pool, int64_t idle_ms, FreeFn real_free);
+  Collector(Pool* pool, int64_t idle_ms, FreeFn real_free, FreeBounds bounds = {});
   Collector(const Collector&) = delete;
   Collector& operator=(const Collector&) = delete;
+
+  // The program frees a block of `bytes` that overlaps pooled memory: hands
+  // it over (HandOver), and with `may_wait` waits for it within FreeBounds.
+  // False once stopping: the caller frees it. Async-signal-safe.
+  bool TakeFree(void* block, size_t bytes, bool may_wait);
 
   // Async-signal-safe, lock-free: takes over a malloc'd block of `bytes`
   // that overlaps pooled memory; the thread invalidates, then frees it.
   // Returns a ticket for WaitFreed, 0 once stopping (the caller frees it
   // itself). One racing with Stop() may stay unfreed: a leak at exit, never
   // a stale registration.
-  uint64_t TakeFree(void* block, size_t bytes);
+  uint64_t HandOver(void* block, size_t bytes);
   // Waits until the block with `ticket` is freed, at most `timeout_ms`.
   // Async-signal-safe (a futex); false on timeout.
   bool WaitFreed(uint64_t ticket, int64_t timeout_ms);
@@ -55,6 +71,7 @@ class Collector {
   Pool* const pool_;
   const int64_t idle_ms_;
   const FreeFn real_free_;
+  const FreeBounds bounds_;
   std::atomic<FreedBlock*> frees_{nullptr};
   std::atomic<uint32_t> wake_seq_{0};  // a futex: bumped by Wake()
   // Tickets: a block's ticket is taken after it is on the list, so every

@@ -2,6 +2,7 @@
 // library and fmt only: the shim links nothing that costs load time.
 #include "config.h"
 
+#include <algorithm>
 #include <cctype>
 #include <limits>
 
@@ -9,10 +10,6 @@
 
 namespace lazypin {
 namespace {
-
-constexpr const char* kSizeAccepts =
-    "accepts a size in bytes with an optional K, M, G or T suffix (512M, 8G) or a percentage of "
-    "RAM from 1% to 100% (25%)";
 
 std::string_view Strip(std::string_view t) {
   while (!t.empty() && std::isspace(static_cast<unsigned char>(t.front()))) t.remove_prefix(1);
@@ -118,46 +115,163 @@ std::string ExpandLogPath(std::string_view pattern, int pid) {
   return out;
 }
 
-ParsedConfig ParseConfig(const std::function<const char*(const char*)>& getenv,
-                         uint64_t physical_ram) {
-  ParsedConfig parsed;
-  Config& c = parsed.config;
-  c.pool_bytes = physical_ram / 4;
+namespace {
 
-  // Each variable: if set, parse; else keep the default. A bad value is one
-  // message: "VAR=value ignored: what it accepts; using the default".
-  const auto apply = [&](const char* name, auto parse, auto& field, const char* accepts,
-                         const char* shown_default) {
-    const char* raw = getenv(name);
-    if (raw == nullptr) return;
-    auto value = parse(std::string_view(raw));
-    if (value) {
-      field = static_cast<std::remove_reference_t<decltype(field)>>(*value);
-    } else {
-      parsed.errors.push_back(fmt::format("lazypin: {}=\"{}\" ignored: {}; using {}", name,
-                                          Shown(raw), accepts, shown_default));
-    }
-  };
-  apply("LAZYPIN_MODE", ParseMode, c.mode, "accepts off, log or defer", "log");
-  apply("LAZYPIN_SUMMARY", ParseBool, c.summary, "accepts 0 or 1", "1");
-  apply("LAZYPIN_CHECK_PFN", ParseBool, c.check_pfn, "accepts 0 or 1", "0");
-  apply("LAZYPIN_RELEASE_AT_EXIT", ParseBool, c.release_at_exit, "accepts 0 or 1", "0");
-  apply("LAZYPIN_POOL_BYTES", [&](std::string_view t) { return ParseSize(t, physical_ram); },
-        c.pool_bytes, kSizeAccepts, "25% of RAM");
-  apply("LAZYPIN_POOL_ENTRIES", [](std::string_view t) { return ParseCount(t, int64_t{1} << 30); },
-        c.pool_entries, "accepts a whole number from 0 to 1073741824", "65536");
-  apply("LAZYPIN_IDLE_MS", [](std::string_view t) { return ParseCount(t, int64_t{1} << 40); },
-        c.idle_ms, "accepts a whole number from 0 to 1099511627776", "10000");
-  if (const char* log = getenv("LAZYPIN_LOG")) {
-    if (*log == '\0') {
-      parsed.errors.push_back(
-          "lazypin: LAZYPIN_LOG=\"\" ignored: accepts a file path (%p becomes the pid); using "
-          "lazypin-<program>-<pid>.jsonl");
-    } else {
-      c.log_path = log;
+std::string JsonBool(bool b) { return b ? "true" : "false"; }
+
+// The path as a JSON string (the log header's copy of the variable).
+std::string JsonPath(const std::string& s) {
+  std::string out = "\"";
+  for (const unsigned char c : s) {
+    if (c == '"' || c == '\\') out += fmt::format("\\{}", static_cast<char>(c));
+    else if (c < 0x20) out += fmt::format("\\u{:04x}", c);
+    else out.push_back(static_cast<char>(c));
+  }
+  return out + "\"";
+}
+
+// Stores `value` in `*field` if there is one.
+template <typename Field, typename T>
+bool Store(const std::optional<T>& value, Field* field) {
+  if (!value) return false;
+  *field = static_cast<Field>(*value);
+  return true;
+}
+
+constexpr int64_t kMaxEntries = int64_t{1} << 30;
+constexpr int64_t kMaxIdleMs = int64_t{1} << 40;
+
+}  // namespace
+
+const Option kOptions[] = {
+    {"LAZYPIN_MODE", "mode", "log", "log", "off, log or defer",
+     "off: pass everything through; log: time and log every call; defer: also keep "
+     "unregistered memory registered in the pool",
+     [](std::string_view t, uint64_t, Config* c) { return Store(ParseMode(t), &c->mode); },
+     [](const Config& c) { return fmt::format("\"{}\"", ModeName(c.mode)); }},
+    {"LAZYPIN_LOG", "log", "", "lazypin-<program>-<pid>.jsonl",
+     "a file path (%p becomes the pid)", "where the log goes",
+     [](std::string_view t, uint64_t, Config* c) {
+       if (t.empty()) return false;
+       c->log_path = std::string(t);
+       return true;
+     },
+     [](const Config& c) { return JsonPath(c.log_path); }},
+    {"LAZYPIN_SUMMARY", "summary", "1", "1", "0 or 1", "1: a summary on stderr at exit",
+     [](std::string_view t, uint64_t, Config* c) { return Store(ParseBool(t), &c->summary); },
+     [](const Config& c) { return JsonBool(c.summary); }},
+    {"LAZYPIN_POOL_BYTES", "pool_bytes", "25%", "25% of RAM",
+     "a size in bytes with an optional K, M, G or T suffix (512M, 8G) or a percentage of RAM "
+     "from 1% to 100% (25%)",
+     "bound on the bytes the pool keeps registered",
+     [](std::string_view t, uint64_t ram, Config* c) {
+       return Store(ParseSize(t, ram), &c->pool_bytes);
+     },
+     [](const Config& c) { return std::to_string(c.pool_bytes); }},
+    {"LAZYPIN_POOL_ENTRIES", "pool_entries", "65536", "65536",
+     "a whole number from 0 to 1073741824", "bound on the registrations the pool keeps",
+     [](std::string_view t, uint64_t, Config* c) {
+       return Store(ParseCount(t, kMaxEntries), &c->pool_entries);
+     },
+     [](const Config& c) { return std::to_string(c.pool_entries); }},
+    {"LAZYPIN_IDLE_MS", "idle_ms", "10000", "10000",
+     "a whole number from 0 to 1099511627776",
+     "release what sat unused in the pool this long; 0: never",
+     [](std::string_view t, uint64_t, Config* c) {
+       return Store(ParseCount(t, kMaxIdleMs), &c->idle_ms);
+     },
+     [](const Config& c) { return std::to_string(c.idle_ms); }},
+    {"LAZYPIN_CHECK_PFN", "check_pfn", "0", "0", "0 or 1",
+     "1: check on every hit that the physical pages did not change (root)",
+     [](std::string_view t, uint64_t, Config* c) { return Store(ParseBool(t), &c->check_pfn); },
+     [](const Config& c) { return JsonBool(c.check_pfn); }},
+    {"LAZYPIN_RELEASE_AT_EXIT", "release_at_exit", "0", "0", "0 or 1",
+     "1: unregister the pool one by one at exit",
+     [](std::string_view t, uint64_t, Config* c) {
+       return Store(ParseBool(t), &c->release_at_exit);
+     },
+     [](const Config& c) { return JsonBool(c.release_at_exit); }},
+};
+const size_t kOptionCount = sizeof(kOptions) / sizeof(kOptions[0]);
+
+const char* const kToolVariables[] = {"LAZYPIN_LIB", "LAZYPIN_REPORT_PYTHON",
+                                      "LAZYPIN_REPORT_NO_MATPLOTLIB", nullptr};
+
+namespace {
+
+// Levenshtein distance, for "did you mean".
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
     }
   }
+  return row[b.size()];
+}
+
+bool Known(std::string_view name) {
+  for (size_t i = 0; i < kOptionCount; ++i) {
+    if (name == kOptions[i].name) return true;
+  }
+  for (const char* const* v = kToolVariables; *v != nullptr; ++v) {
+    if (name == *v) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+ParsedConfig ParseConfig(const std::function<const char*(const char*)>& getenv,
+                         uint64_t physical_ram, const char* const* environ) {
+  ParsedConfig parsed;
+  Config& c = parsed.config;
+  for (size_t i = 0; i < kOptionCount; ++i) {
+    const Option& o = kOptions[i];
+    if (*o.fallback != '\0') o.parse(o.fallback, physical_ram, &c);
+    const char* raw = getenv(o.name);
+    if (raw == nullptr || o.parse(raw, physical_ram, &c)) continue;
+    // A bad value is one message: "VAR=value ignored: what it accepts; using the default".
+    parsed.errors.push_back(fmt::format("lazypin: {}=\"{}\" ignored: accepts {}; using {}",
+                                        o.name, Shown(raw), o.accepts, o.shown));
+  }
+  for (const char* const* e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    const std::string_view name = entry.substr(0, entry.find('='));
+    if (name.substr(0, 8) != "LAZYPIN_" || Known(name)) continue;
+    const Option* closest = &kOptions[0];
+    for (size_t i = 1; i < kOptionCount; ++i) {
+      if (EditDistance(name, kOptions[i].name) < EditDistance(name, closest->name)) {
+        closest = &kOptions[i];
+      }
+    }
+    parsed.errors.push_back(fmt::format("lazypin: {} is not a lazypin variable (ignored); did "
+                                        "you mean {}?",
+                                        Shown(std::string(name).c_str()), closest->name));
+  }
   return parsed;
+}
+
+std::string ConfigJson(const Config& config) {
+  std::string out = "{";
+  for (size_t i = 0; i < kOptionCount; ++i) {
+    out += fmt::format("{}\"{}\":{}", i == 0 ? "" : ",", kOptions[i].key, kOptions[i].json(config));
+  }
+  return out + "}";
+}
+
+std::string OptionsMarkdown() {
+  std::string out = "| variable | accepts | default | what it does |\n|---|---|---|---|\n";
+  for (size_t i = 0; i < kOptionCount; ++i) {
+    const Option& o = kOptions[i];
+    out += fmt::format("| `{}` | {} | {} | {} |\n", o.name, o.accepts, o.shown, o.doc);
+  }
+  return out;
 }
 
 }  // namespace lazypin

@@ -3,6 +3,7 @@
 // the variable and what it accepts, and the default is used instead.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -15,27 +16,58 @@ namespace lazypin {
 enum class Mode { kOff, kLog, kDefer };
 const char* ModeName(Mode mode);
 
+// Every field's default is its option row's default text (kOptions), parsed.
 struct Config {
-  Mode mode = Mode::kLog;
+  Mode mode = Mode::kOff;
   std::string log_path;           // empty: lazypin-<prog>-<pid>.jsonl in the cwd
-  bool summary = true;            // summary on stderr at exit
-  uint64_t pool_bytes = 0;        // resolved bound in bytes (default: 25% of RAM)
-  uint64_t pool_entries = 65536;  // bound on pooled registrations
-  int64_t idle_ms = 10000;        // collector: release what sat unused this long; 0 = never
+  bool summary = false;           // summary on stderr at exit
+  uint64_t pool_bytes = 0;        // bound on pooled bytes
+  uint64_t pool_entries = 0;      // bound on pooled registrations
+  int64_t idle_ms = 0;            // collector: release what sat unused this long; 0 = never
   bool check_pfn = false;         // verify physical pages on every hit (root)
   bool release_at_exit = false;   // unregister the pool one by one at exit
 };
 
-// What ParseConfig found: the configuration and one message per bad variable.
+// One row per LAZYPIN_* variable of the shim: the one place that names it,
+// its default, what it accepts and what it does. The parser, its messages,
+// the log header's "config" object and the README's table come from here
+// (tests/unit/config_test.cc checks the README and `lazypin run --help`).
+struct Option {
+  const char* name;      // LAZYPIN_MODE
+  const char* key;       // its key in the log header's "config" object
+  const char* fallback;  // the default, as a value the variable accepts (or "" for none)
+  const char* shown;     // the default as the docs and messages say it
+  const char* accepts;   // what it accepts, as "accepts ..." continues
+  const char* doc;       // one line: what it does
+  // Parses `text` into `config`; false if the text is not acceptable.
+  bool (*parse)(std::string_view text, uint64_t physical_ram, Config* config);
+  // The field as a JSON value, for the log header.
+  std::string (*json)(const Config& config);
+};
+extern const Option kOptions[];
+extern const size_t kOptionCount;
+
+// Variables named LAZYPIN_* that lazypin's tools read, not the shim (not warned about).
+extern const char* const kToolVariables[];
+
+// What ParseConfig found: the configuration and one message per bad variable
+// (and per unknown LAZYPIN_* variable in `environ`).
 struct ParsedConfig {
   Config config;
   std::vector<std::string> errors;
 };
 
-// `getenv` is injected so that tests need not touch the process environment.
-// `physical_ram` is the machine's RAM in bytes, for percentages.
+// `getenv` is injected so that tests need not touch the process environment;
+// `environ` (null-terminated NAME=value strings, may be null) is scanned for
+// unknown LAZYPIN_* names. `physical_ram` is the machine's RAM in bytes, for
+// percentages.
 ParsedConfig ParseConfig(const std::function<const char*(const char*)>& getenv,
-                         uint64_t physical_ram);
+                         uint64_t physical_ram, const char* const* environ = nullptr);
+
+// The "config" object of the log header: one key per option row.
+std::string ConfigJson(const Config& config);
+// The README's table of variables, one row per option (markdown).
+std::string OptionsMarkdown();
 
 // Parsers for single values (empty when the text is not acceptable), exposed
 // for tests. Sizes accept a plain number of bytes, a number with K/M/G/T

@@ -14,8 +14,12 @@
 // must stay itself here, not be renamed by cuda.h's #defines.
 #define __CUDA_API_VERSION_INTERNAL 1
 #include "cuda.h"
+#include "dispatch.h"
+#include "hooks.h"
 #include "real.h"
 #include "shim.h"
+#include "state.h"
+#include "thread_state.h"
 
 namespace lazypin {
 namespace {
@@ -49,171 +53,134 @@ bool IsOurs(void* fn) {
 
 using namespace lazypin;  // NOLINT: the hooks below are C symbols
 
-// HOOK(NAME, RET, PARAMS, ARGS, RESOLVE) { body using `real` and `V` }
+// HOOK(NAME, RET, RESOLVE, (T1, a1), (T2, a2), ...) { body using `real`, `V` and a1... }
 // defines the three copies Hook_NAME<Via>, each with its own real-function slot
-// (resolved by name for the symbol door, offered by dlsym or the getter for
-// the others), and exports NAME itself.
-#define HOOK(NAME, RET, PARAMS, ARGS, RESOLVE)                                     \
-  using Fn_##NAME = RET(*) PARAMS;                                                  \
-  template <Via V>                                                                  \
-  real::Lazy<Fn_##NAME>& Slot_##NAME() {                                            \
-    static real::Lazy<Fn_##NAME> slot;                                              \
-    return slot;                                                                    \
-  }                                                                                 \
-  template <Via V>                                                                  \
-  RET Body_##NAME(Fn_##NAME real, PARAMS_##NAME);                                   \
-  template <Via V>                                                                  \
-  RET Hook_##NAME PARAMS {                                                          \
-    Fn_##NAME real = Slot_##NAME<V>().Get(&RESOLVE, #NAME);                         \
-    if (real == nullptr) return static_cast<RET>(CUDA_ERROR_NOT_INITIALIZED);       \
-    return Body_##NAME<V>(real, ARGS_##NAME);                                       \
-  }                                                                                 \
-  LAZYPIN_EXPORT RET NAME PARAMS { return Hook_##NAME<Via::kSymbol> ARGS; }         \
-  static void* HookOf_##NAME(Via via) {                                             \
-    switch (via) {                                                                  \
-      case Via::kSymbol: return reinterpret_cast<void*>(&Hook_##NAME<Via::kSymbol>);   \
-      case Via::kDlsym: return reinterpret_cast<void*>(&Hook_##NAME<Via::kDlsym>);     \
-      case Via::kGetProc: return reinterpret_cast<void*>(&Hook_##NAME<Via::kGetProc>); \
-    }                                                                               \
-    return nullptr;                                                                 \
-  }                                                                                 \
-  static bool OfferReal_##NAME(Via via, void* fn) {                                 \
-    if (via == Via::kDlsym) return Slot_##NAME<Via::kDlsym>().Offer(fn);            \
-    if (via == Via::kGetProc) return Slot_##NAME<Via::kGetProc>().Offer(fn);        \
-    return false;                                                                   \
-  }                                                                                 \
-  template <Via V>                                                                  \
-  RET Body_##NAME(Fn_##NAME real, PARAMS_##NAME)
+// (resolved by RESOLVE for the symbol door, offered by dlsym or the getter for
+// the others), and exports NAME itself. Each parameter is written once.
+#define LP_PARAM(type, name) type name
+#define LP_ARG(type, name) name
+#define LP_TYPE(type, name) type
+#define LP_MAP1(m, x) m x
+#define LP_MAP2(m, x, ...) m x, LP_MAP1(m, __VA_ARGS__)
+#define LP_MAP3(m, x, ...) m x, LP_MAP2(m, __VA_ARGS__)
+#define LP_MAP4(m, x, ...) m x, LP_MAP3(m, __VA_ARGS__)
+#define LP_MAP5(m, x, ...) m x, LP_MAP4(m, __VA_ARGS__)
+#define LP_PICK(_1, _2, _3, _4, _5, NAME, ...) NAME
+#define LP_MAP(m, ...) \
+  LP_PICK(__VA_ARGS__, LP_MAP5, LP_MAP4, LP_MAP3, LP_MAP2, LP_MAP1)(m, __VA_ARGS__)
+
+#define HOOK(NAME, RET, RESOLVE, ...)                                                   \
+  using Fn_##NAME = RET (*)(LP_MAP(LP_TYPE, __VA_ARGS__));                              \
+  static real::Lazy<Fn_##NAME> slot_##NAME[kViaCount];                                        \
+  template <Via V>                                                                      \
+  RET Body_##NAME(Fn_##NAME real, LP_MAP(LP_PARAM, __VA_ARGS__));                       \
+  template <Via V>                                                                      \
+  RET Hook_##NAME(LP_MAP(LP_PARAM, __VA_ARGS__)) {                                      \
+    Fn_##NAME real = slot_##NAME[static_cast<int>(V)].Get(&RESOLVE, #NAME);             \
+    if (real == nullptr) return static_cast<RET>(CUDA_ERROR_NOT_INITIALIZED);           \
+    return Body_##NAME<V>(real, LP_MAP(LP_ARG, __VA_ARGS__));                           \
+  }                                                                                     \
+  LAZYPIN_EXPORT RET NAME(LP_MAP(LP_PARAM, __VA_ARGS__)) {                              \
+    return Hook_##NAME<Via::kSymbol>(LP_MAP(LP_ARG, __VA_ARGS__));                      \
+  }                                                                                     \
+  static void* HookOf_##NAME(Via via) {                                                  \
+    switch (via) {                                                                      \
+      case Via::kSymbol: return reinterpret_cast<void*>(&Hook_##NAME<Via::kSymbol>);    \
+      case Via::kDlsym: return reinterpret_cast<void*>(&Hook_##NAME<Via::kDlsym>);      \
+      case Via::kGetProc: return reinterpret_cast<void*>(&Hook_##NAME<Via::kGetProc>);  \
+    }                                                                                   \
+    return nullptr;                                                                     \
+  }                                                                                     \
+  static bool OfferReal_##NAME(Via via, void* fn) {                                     \
+    return via != Via::kSymbol && slot_##NAME[static_cast<int>(via)].Offer(fn);         \
+  }                                                                                     \
+  template <Via V>                                                                      \
+  RET Body_##NAME(Fn_##NAME real, LP_MAP(LP_PARAM, __VA_ARGS__))
+
+// The dispatch when lazypin is active and this is not lazypin's own call; else null.
+static Dispatch* ActiveDispatch() { return t_state.inside ? nullptr : ActiveState()->dispatch; }
+// The same without setting lazypin up (teardown and queries need no set-up).
+static Dispatch* PublishedDispatch() {
+  const ShimState* state = t_state.inside ? nullptr : PublishedState();
+  return state != nullptr ? state->dispatch : nullptr;
+}
 
 // ---- registration ----------------------------------------------------------
-#define PARAMS_cuMemHostRegister void* p, size_t bytes, unsigned int flags
-#define ARGS_cuMemHostRegister p, bytes, flags
-HOOK(cuMemHostRegister, CUresult, (void* p, size_t bytes, unsigned int flags), (p, bytes, flags),
-     DriverSymbol) {
-  Shim* shim = t_state.inside ? nullptr : Shim::Active();
-  if (shim == nullptr) return real(p, bytes, flags);
-  return static_cast<CUresult>(shim->DriverRegister(
-      Api::kCuMemHostRegister, V, p, bytes, flags, [&] { return int{real(p, bytes, flags)}; }));
+HOOK(cuMemHostRegister, CUresult, DriverSymbol, (void*, p), (size_t, bytes), (unsigned int, flags)) {
+  Dispatch* dispatch = ActiveDispatch();
+  if (dispatch == nullptr) return real(p, bytes, flags);
+  return static_cast<CUresult>(dispatch->Driver({Api::kCuMemHostRegister, V, p, bytes, flags},
+                                                [&] { return int{real(p, bytes, flags)}; }));
 }
 
-#define PARAMS_cuMemHostRegister_v2 void* p, size_t bytes, unsigned int flags
-#define ARGS_cuMemHostRegister_v2 p, bytes, flags
-HOOK(cuMemHostRegister_v2, CUresult, (void* p, size_t bytes, unsigned int flags),
-     (p, bytes, flags), DriverSymbol) {
-  Shim* shim = t_state.inside ? nullptr : Shim::Active();
-  if (shim == nullptr) return real(p, bytes, flags);
-  return static_cast<CUresult>(shim->DriverRegister(
-      Api::kCuMemHostRegisterV2, V, p, bytes, flags, [&] { return int{real(p, bytes, flags)}; }));
+HOOK(cuMemHostRegister_v2, CUresult, DriverSymbol, (void*, p), (size_t, bytes),
+     (unsigned int, flags)) {
+  Dispatch* dispatch = ActiveDispatch();
+  if (dispatch == nullptr) return real(p, bytes, flags);
+  return static_cast<CUresult>(dispatch->Driver({Api::kCuMemHostRegisterV2, V, p, bytes, flags},
+                                                [&] { return int{real(p, bytes, flags)}; }));
 }
 
-#define PARAMS_cuMemHostUnregister void* p
-#define ARGS_cuMemHostUnregister p
-HOOK(cuMemHostUnregister, CUresult, (void* p), (p), DriverSymbol) {
-  Shim* shim = t_state.inside ? nullptr : Shim::Active();
-  if (shim == nullptr) return real(p);
+HOOK(cuMemHostUnregister, CUresult, DriverSymbol, (void*, p)) {
+  Dispatch* dispatch = ActiveDispatch();
+  if (dispatch == nullptr) return real(p);
   return static_cast<CUresult>(
-      shim->DriverUnregister(Api::kCuMemHostUnregister, V, p, [&] { return int{real(p)}; }));
+      dispatch->Driver({Api::kCuMemHostUnregister, V, p, 0, 0}, [&] { return int{real(p)}; }));
 }
 
 // ---- context teardown: the driver drops that context's registrations --------
-#define CONTEXT_HOOK(NAME, PARAM_TYPE, ACTION)                                       \
-  HOOK(NAME, CUresult, (PARAM_TYPE arg), (arg), DriverSymbol) {                      \
-    Shim* shim = t_state.inside ? nullptr : Shim::IfActive();                        \
-    if (shim != nullptr) ACTION;                                                     \
-    return real(arg);                                                                \
+#define CONTEXT_HOOK(NAME, PARAM_TYPE, ACTION)                        \
+  HOOK(NAME, CUresult, DriverSymbol, (PARAM_TYPE, arg)) {             \
+    if (Dispatch* dispatch = PublishedDispatch()) dispatch->ACTION;   \
+    return real(arg);                                                 \
   }
-#define PARAMS_cuCtxDestroy CUcontext arg
-#define ARGS_cuCtxDestroy arg
-CONTEXT_HOOK(cuCtxDestroy, CUcontext, shim->BeforeContextDestroy(arg))
-#define PARAMS_cuCtxDestroy_v2 CUcontext arg
-#define ARGS_cuCtxDestroy_v2 arg
-CONTEXT_HOOK(cuCtxDestroy_v2, CUcontext, shim->BeforeContextDestroy(arg))
-#define PARAMS_cuDevicePrimaryCtxReset CUdevice arg
-#define ARGS_cuDevicePrimaryCtxReset arg
-CONTEXT_HOOK(cuDevicePrimaryCtxReset, CUdevice, shim->BeforePrimaryContextReset(arg, true))
-#define PARAMS_cuDevicePrimaryCtxReset_v2 CUdevice arg
-#define ARGS_cuDevicePrimaryCtxReset_v2 arg
-CONTEXT_HOOK(cuDevicePrimaryCtxReset_v2, CUdevice, shim->BeforePrimaryContextReset(arg, true))
-#define PARAMS_cuDevicePrimaryCtxRelease CUdevice arg
-#define ARGS_cuDevicePrimaryCtxRelease arg
-CONTEXT_HOOK(cuDevicePrimaryCtxRelease, CUdevice, shim->BeforePrimaryContextReset(arg, false))
-#define PARAMS_cuDevicePrimaryCtxRelease_v2 CUdevice arg
-#define ARGS_cuDevicePrimaryCtxRelease_v2 arg
-CONTEXT_HOOK(cuDevicePrimaryCtxRelease_v2, CUdevice, shim->BeforePrimaryContextReset(arg, false))
+CONTEXT_HOOK(cuCtxDestroy, CUcontext, BeforeContextDestroy(arg))
+CONTEXT_HOOK(cuCtxDestroy_v2, CUcontext, BeforeContextDestroy(arg))
+CONTEXT_HOOK(cuDevicePrimaryCtxReset, CUdevice, BeforePrimaryContextReset(arg, true))
+CONTEXT_HOOK(cuDevicePrimaryCtxReset_v2, CUdevice, BeforePrimaryContextReset(arg, true))
+CONTEXT_HOOK(cuDevicePrimaryCtxRelease, CUdevice, BeforePrimaryContextReset(arg, false))
+CONTEXT_HOOK(cuDevicePrimaryCtxRelease_v2, CUdevice, BeforePrimaryContextReset(arg, false))
 
 // ---- pointer queries: memory the program unregistered must look unregistered
-#define PARAMS_cuPointerGetAttribute void* data, CUpointer_attribute attribute, CUdeviceptr ptr
-#define ARGS_cuPointerGetAttribute data, attribute, ptr
-HOOK(cuPointerGetAttribute, CUresult, (void* data, CUpointer_attribute attribute, CUdeviceptr ptr),
-     (data, attribute, ptr), DriverSymbol) {
-  if (Shim* shim = t_state.inside ? nullptr : Shim::IfActive()) shim->BeforeQuery(ptr);
+HOOK(cuPointerGetAttribute, CUresult, DriverSymbol, (void*, data),
+     (CUpointer_attribute, attribute), (CUdeviceptr, ptr)) {
+  if (Dispatch* dispatch = PublishedDispatch()) dispatch->BeforeQuery(ptr);
   return real(data, attribute, ptr);
 }
 
-#define PARAMS_cuPointerGetAttributes \
-  unsigned int count, CUpointer_attribute* attributes, void** data, CUdeviceptr ptr
-#define ARGS_cuPointerGetAttributes count, attributes, data, ptr
-HOOK(cuPointerGetAttributes, CUresult,
-     (unsigned int count, CUpointer_attribute* attributes, void** data, CUdeviceptr ptr),
-     (count, attributes, data, ptr), DriverSymbol) {
-  if (Shim* shim = t_state.inside ? nullptr : Shim::IfActive()) shim->BeforeQuery(ptr);
+HOOK(cuPointerGetAttributes, CUresult, DriverSymbol, (unsigned int, count),
+     (CUpointer_attribute*, attributes), (void**, data), (CUdeviceptr, ptr)) {
+  if (Dispatch* dispatch = PublishedDispatch()) dispatch->BeforeQuery(ptr);
   return real(count, attributes, data, ptr);
 }
 
-#define PARAMS_cuMemHostGetFlags unsigned int* flags, void* p
-#define ARGS_cuMemHostGetFlags flags, p
-HOOK(cuMemHostGetFlags, CUresult, (unsigned int* flags, void* p), (flags, p), DriverSymbol) {
-  if (Shim* shim = t_state.inside ? nullptr : Shim::IfActive()) {
-    shim->BeforeQuery(reinterpret_cast<uintptr_t>(p));
-  }
+HOOK(cuMemHostGetFlags, CUresult, DriverSymbol, (unsigned int*, flags), (void*, p)) {
+  if (Dispatch* dispatch = PublishedDispatch()) dispatch->BeforeQuery(reinterpret_cast<uintptr_t>(p));
   return real(flags, p);
 }
 
-#define PARAMS_cuMemHostGetDevicePointer_v2 CUdeviceptr* dptr, void* p, unsigned int flags
-#define ARGS_cuMemHostGetDevicePointer_v2 dptr, p, flags
-HOOK(cuMemHostGetDevicePointer_v2, CUresult, (CUdeviceptr* dptr, void* p, unsigned int flags),
-     (dptr, p, flags), DriverSymbol) {
-  if (Shim* shim = t_state.inside ? nullptr : Shim::IfActive()) {
-    shim->BeforeQuery(reinterpret_cast<uintptr_t>(p));
-  }
+HOOK(cuMemHostGetDevicePointer_v2, CUresult, DriverSymbol, (CUdeviceptr*, dptr), (void*, p),
+     (unsigned int, flags)) {
+  if (Dispatch* dispatch = PublishedDispatch()) dispatch->BeforeQuery(reinterpret_cast<uintptr_t>(p));
   return real(dptr, p, flags);
 }
 
 // ---- the getter: hand back our hooks for the entry points we own -----------
-namespace lazypin {
-void SwapForHook(const char* symbol, int version, void** pfn);
-}
-
-#define PARAMS_cuGetProcAddress \
-  const char* symbol, void** pfn, int version, cuuint64_t flags
-#define ARGS_cuGetProcAddress symbol, pfn, version, flags
-HOOK(cuGetProcAddress, CUresult,
-     (const char* symbol, void** pfn, int version, cuuint64_t flags), (symbol, pfn, version, flags),
-     DriverSymbol) {
+HOOK(cuGetProcAddress, CUresult, DriverSymbol, (const char*, symbol), (void**, pfn), (int, version),
+     (cuuint64_t, flags)) {
   const CUresult result = real(symbol, pfn, version, flags);
   if (result == CUDA_SUCCESS) SwapForHook(symbol, version, pfn);
   return result;
 }
 
-#define PARAMS_cuGetProcAddress_v2                                           \
-  const char* symbol, void** pfn, int version, cuuint64_t flags,             \
-      CUdriverProcAddressQueryResult* status
-#define ARGS_cuGetProcAddress_v2 symbol, pfn, version, flags, status
-HOOK(cuGetProcAddress_v2, CUresult,
-     (const char* symbol, void** pfn, int version, cuuint64_t flags,
-      CUdriverProcAddressQueryResult* status),
-     (symbol, pfn, version, flags, status), DriverSymbol) {
+HOOK(cuGetProcAddress_v2, CUresult, DriverSymbol, (const char*, symbol), (void**, pfn),
+     (int, version), (cuuint64_t, flags), (CUdriverProcAddressQueryResult*, status)) {
   const CUresult result = real(symbol, pfn, version, flags, status);
   if (result == CUDA_SUCCESS) SwapForHook(symbol, version, pfn);
   return result;
 }
 
 // ---- runtime hooks (hooks_runtime.cc) join the same table ------------------
-namespace lazypin {
-void* RuntimeHookOf(const char* name, Via via);
-bool OfferRuntimeReal(const char* name, Via via, void* fn);
-}  // namespace lazypin
-
 namespace lazypin {
 namespace {
 

@@ -1,9 +1,9 @@
 // hooks_memory: every path by which memory leaves the process (BRIEF.md,
-// hazard 1) invalidates overlapping pooled registrations first, then calls
-// the real function. Fast path: when nothing is pooled, one relaxed load of
-// the pool pointer (null unless deferring) and one of its entry count.
+// hazard 1) tells the MemoryGuard first, then calls the real function. Each
+// hook is its fast path (the published state, its guard, and whether
+// anything is pooled: null unless deferring) and one call into the guard.
 // glibc's free and realloc unmap or trim memory internally, where no PLT hook
-// sees it, so free/realloc invalidate the whole block they release.
+// sees it, so free/realloc report the whole block they release.
 #include "hooks_memory.h"
 
 #include <dlfcn.h>
@@ -20,8 +20,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "memory_guard.h"
+#include "pages.h"
 #include "real.h"
 #include "shim.h"
+#include "state.h"
+#include "thread_state.h"
 
 namespace lazypin {
 namespace {
@@ -52,41 +56,29 @@ real::Lazy<ShmdtFn> g_shmdt;
 real::Lazy<ShmatFn> g_shmat;
 
 thread_local int t_selftest_hits LAZYPIN_TLS = 0;
-// Set while a real function is being looked up: a free() then comes from the
-// loader itself and is leaked rather than handed to a function we lack.
-thread_local bool t_resolving LAZYPIN_TLS = false;
-
-template <typename Fn>
-Fn Real(real::Lazy<Fn>& lazy, const char* name) {
-  if (Fn fn = lazy.Peek()) return fn;
-  t_resolving = true;
-  Fn fn = lazy.Get(&real::Next, name);
-  t_resolving = false;
-  return fn;
-}
 
 uintptr_t Addr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 
-uintptr_t PageCeil(uintptr_t a) {
-  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  return (a + page - 1) & ~(page - 1);
-}
-
-// Pool pointer if something is pooled and this is not lazypin's own call.
-inline bool Pooling() {
-  Pool* pool = Shim::ActivePool();
-  return pool != nullptr && !pool->Empty() && t_state.inside == 0;
+// The guard if something is pooled; else null (the fast path).
+inline const MemoryGuard* Guard() {
+  const ShimState* state = PublishedState();
+  const MemoryGuard* guard = state != nullptr ? state->guard : nullptr;
+  return guard != nullptr && guard->Holding() ? guard : nullptr;
 }
 
 void BlockLeaving(const void* ptr, EvictReason reason) {
-  if (ptr == nullptr || !Pooling()) return;
-  const uintptr_t lo = Addr(ptr);
-  Shim::MemoryLeaving(lo, lo + malloc_usable_size(const_cast<void*>(ptr)), reason);
+  if (ptr == nullptr) return;
+  if (const MemoryGuard* guard = Guard()) {
+    const uintptr_t lo = Addr(ptr);
+    guard->Leaving(lo, lo + malloc_usable_size(const_cast<void*>(ptr)), reason);
+  }
 }
 
 void RangeLeaving(const void* addr, size_t len, EvictReason reason) {
-  if (len == 0 || !Pooling()) return;
-  Shim::MemoryLeaving(Addr(addr), PageCeil(Addr(addr) + len), reason);
+  if (len == 0) return;
+  if (const MemoryGuard* guard = Guard()) {
+    guard->Leaving(Addr(addr), PageCeil(RangeEnd(Addr(addr), len)), reason);
+  }
 }
 
 // The size of the mapping that starts at `addr`, from /proc/self/maps, read
@@ -162,7 +154,7 @@ bool MemoryHooksSelfTest(std::string* why) {
   }
   // Fire one: a munmap through the global symbol must reach the hook.
   auto global_munmap = reinterpret_cast<MunmapFn>(dlsym_real(RTLD_DEFAULT, "munmap"));
-  void* page = Real(g_mmap, "mmap")(nullptr, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* page = g_mmap.Get(&real::Next, "mmap")(nullptr, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (page == MAP_FAILED) {
     *why = "mmap failed";
     return false;
@@ -181,52 +173,22 @@ bool MemoryHooksSelfTest(std::string* why) {
 using namespace lazypin;  // NOLINT: the hooks below are C symbols
 
 LAZYPIN_EXPORT void free(void* ptr) {
-  if (t_resolving) return;  // the loader's own allocation during our lookup: leak it
-  Pool* pool = Shim::ActivePool();
-  if (ptr != nullptr && pool != nullptr && !pool->Empty()) {
-    const uintptr_t lo = Addr(ptr);
-    const uintptr_t hi = lo + malloc_usable_size(ptr);
-    if (pool->MaybeHolds(lo, hi)) {
-      if (t_state.inside > 0) {
-        // lazypin's own code is running on this thread (and may hold the
-        // pool's lock), so this free comes from it (never pooled memory) or
-        // from a signal handler that interrupted it: queue it for when
-        // lazypin's code returns, or hand it to the collector.
-        if (t_state.queued_free_count < ThreadState::kQueuedFrees) {
-          t_state.queued_frees[t_state.queued_free_count++] = ptr;
-        } else {
-          // No wait here: this thread may hold the pool's lock. If the
-          // collector is gone (exit): a leak, never a stale registration.
-          Shim::HandOverFree(ptr, hi - lo, /*may_wait=*/false);
-        }
-        return;
-      }
-      // Pooled memory: the collector unregisters, then frees it, so this
-      // thread never calls the driver here (it may be a signal handler that
-      // interrupted the driver) nor waits for a stalled unregister.
-      bool pooled;
-      {
-        ScopedInsideLazypin inside;  // a signal handler's free meanwhile must not take the lock
-        pooled = pool->HoldsDeferred(lo, hi);
-      }
-      if (pooled) {
-        if (Shim::HandOverFree(ptr, hi - lo, /*may_wait=*/true)) return;
-        Shim::MemoryLeaving(lo, hi, EvictReason::kFree);  // no collector (exit): here
-      }
-    }
+  if (real::Resolving()) return;  // the loader's own allocation during our lookup: leak it
+  if (ptr != nullptr) {
+    if (const MemoryGuard* guard = Guard(); guard != nullptr && guard->TakeFree(ptr)) return;
   }
   RealFree(ptr);
 }
 
 void lazypin::RealFree(void* ptr) {
-  if (FreeFn real = Real(g_free, "free")) real(ptr);
+  if (FreeFn real = g_free.Get(&real::Next, "free")) real(ptr);
 }
 
 LAZYPIN_EXPORT void cfree(void* ptr) { free(ptr); }
 
 LAZYPIN_EXPORT void* realloc(void* ptr, size_t size) {
   BlockLeaving(ptr, EvictReason::kRealloc);
-  ReallocFn real = Real(g_realloc, "realloc");
+  ReallocFn real = g_realloc.Get(&real::Next, "realloc");
   if (real == nullptr) {
     errno = ENOMEM;
     return nullptr;
@@ -236,7 +198,7 @@ LAZYPIN_EXPORT void* realloc(void* ptr, size_t size) {
 
 LAZYPIN_EXPORT void* reallocarray(void* ptr, size_t n, size_t size) {
   BlockLeaving(ptr, EvictReason::kRealloc);
-  ReallocarrayFn real = Real(g_reallocarray, "reallocarray");
+  ReallocarrayFn real = g_reallocarray.Get(&real::Next, "reallocarray");
   if (real == nullptr) {
     errno = ENOMEM;
     return nullptr;
@@ -247,7 +209,7 @@ LAZYPIN_EXPORT void* reallocarray(void* ptr, size_t n, size_t size) {
 LAZYPIN_EXPORT int munmap(void* addr, size_t len) {
   ++t_selftest_hits;
   RangeLeaving(addr, len, EvictReason::kMunmap);
-  if (MunmapFn real = Real(g_munmap, "munmap")) return real(addr, len);
+  if (MunmapFn real = g_munmap.Get(&real::Next, "munmap")) return real(addr, len);
   return static_cast<int>(syscall(SYS_munmap, addr, len));
 }
 
@@ -261,7 +223,7 @@ LAZYPIN_EXPORT void* mremap(void* old_addr, size_t old_size, size_t new_size, in
     RangeLeaving(new_addr, new_size, EvictReason::kMremap);
   }
   RangeLeaving(old_addr, old_size, EvictReason::kMremap);
-  if (MremapFn real = Real(g_mremap, "mremap")) {
+  if (MremapFn real = g_mremap.Get(&real::Next, "mremap")) {
     return real(old_addr, old_size, new_size, flags, new_addr);
   }
   return reinterpret_cast<void*>(syscall(SYS_mremap, old_addr, old_size, new_size, flags, new_addr));
@@ -272,7 +234,7 @@ static void* MmapHook(real::Lazy<MmapFn>& lazy, const char* name, void* addr, si
   if ((flags & MAP_FIXED) && !(flags & MAP_FIXED_NOREPLACE)) {
     RangeLeaving(addr, len, EvictReason::kMmapFixed);
   }
-  if (MmapFn real = Real(lazy, name)) return real(addr, len, prot, flags, fd, offset);
+  if (MmapFn real = lazy.Get(&real::Next, name)) return real(addr, len, prot, flags, fd, offset);
   return reinterpret_cast<void*>(syscall(SYS_mmap, addr, len, prot, flags, fd, offset));
 }
 
@@ -290,17 +252,18 @@ LAZYPIN_EXPORT int madvise(void* addr, size_t len, int advice) {
       advice == kDontneedLocked) {
     RangeLeaving(addr, len, EvictReason::kMadvise);
   }
-  if (MadviseFn real = Real(g_madvise, "madvise")) return real(addr, len, advice);
+  if (MadviseFn real = g_madvise.Get(&real::Next, "madvise")) return real(addr, len, advice);
   return static_cast<int>(syscall(SYS_madvise, addr, len, advice));
 }
 
 LAZYPIN_EXPORT int brk(void* addr) {
-  SbrkFn sbrk_real = Real(g_sbrk, "sbrk");
-  if (Pooling() && sbrk_real != nullptr) {
+  SbrkFn sbrk_real = g_sbrk.Get(&real::Next, "sbrk");
+  const MemoryGuard* guard = Guard();
+  if (guard != nullptr && sbrk_real != nullptr) {
     const uintptr_t current = Addr(sbrk_real(0));
-    if (Addr(addr) < current) Shim::MemoryLeaving(Addr(addr), current, EvictReason::kBrk);
+    if (Addr(addr) < current) guard->Leaving(Addr(addr), current, EvictReason::kBrk);
   }
-  BrkFn real = Real(g_brk, "brk");
+  BrkFn real = g_brk.Get(&real::Next, "brk");
   if (real == nullptr) {
     errno = ENOMEM;
     return -1;
@@ -309,37 +272,39 @@ LAZYPIN_EXPORT int brk(void* addr) {
 }
 
 LAZYPIN_EXPORT void* sbrk(intptr_t increment) {
-  SbrkFn real = Real(g_sbrk, "sbrk");
+  SbrkFn real = g_sbrk.Get(&real::Next, "sbrk");
   if (real == nullptr) {
     errno = ENOMEM;
     return reinterpret_cast<void*>(-1);
   }
-  if (increment < 0 && Pooling()) {
+  const MemoryGuard* guard = increment < 0 ? Guard() : nullptr;
+  if (guard != nullptr) {
     const uintptr_t current = Addr(real(0));
-    Shim::MemoryLeaving(current + increment, current, EvictReason::kBrk);
+    guard->Leaving(current + increment, current, EvictReason::kBrk);
   }
   return real(increment);
 }
 
 LAZYPIN_EXPORT int shmdt(const void* addr) {
-  if (Pooling()) {
+  if (const MemoryGuard* guard = Guard()) {
     const size_t size = MappingSizeAt(addr);
     // Unknown size: release everything pooled at or above the address.
-    Shim::MemoryLeaving(Addr(addr), size ? Addr(addr) + size : ~uintptr_t{0}, EvictReason::kShmdt);
+    guard->Leaving(Addr(addr), size ? Addr(addr) + size : ~uintptr_t{0}, EvictReason::kShmdt);
   }
-  ShmdtFn real = Real(g_shmdt, "shmdt");
+  ShmdtFn real = g_shmdt.Get(&real::Next, "shmdt");
   if (real == nullptr) return static_cast<int>(syscall(SYS_shmdt, addr));
   return real(addr);
 }
 
 LAZYPIN_EXPORT void* shmat(int id, const void* addr, int flags) {
-  if ((flags & SHM_REMAP) && addr != nullptr && Pooling()) {
+  const MemoryGuard* guard = (flags & SHM_REMAP) && addr != nullptr ? Guard() : nullptr;
+  if (guard != nullptr) {
     struct shmid_ds ds;
     const size_t size = shmctl(id, IPC_STAT, &ds) == 0 ? ds.shm_segsz : 0;
-    Shim::MemoryLeaving(Addr(addr), size ? PageCeil(Addr(addr) + size) : ~uintptr_t{0},
-                        EvictReason::kShmat);
+    guard->Leaving(Addr(addr), size ? PageCeil(RangeEnd(Addr(addr), size)) : ~uintptr_t{0},
+                   EvictReason::kShmat);
   }
-  ShmatFn real = Real(g_shmat, "shmat");
+  ShmatFn real = g_shmat.Get(&real::Next, "shmat");
   if (real == nullptr) return reinterpret_cast<void*>(syscall(SYS_shmat, id, addr, flags));
   return real(id, addr, flags);
 }

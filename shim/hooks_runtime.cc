@@ -1,12 +1,17 @@
 // hooks_runtime: cudaHostRegister and cudaHostUnregister, exported (dynamic
-// cudart, PyTorch) and handed out by our dlsym (ctypes). They time and record
-// the program's call; the pool acts in the driver hook that cudart reaches
-// through cuGetProcAddress beneath them, where the current context is known.
+// cudart, PyTorch) and handed out by our dlsym (ctypes), one copy per door.
+// Each is one call into Dispatch::Runtime, which takes pool hits and
+// deferrals itself and otherwise calls cudart, whose driver calls reach
+// hooks_driver beneath.
 #include <string.h>
 
 #include "cuda_runtime_api.h"
+#include "dispatch.h"
+#include "hooks.h"
 #include "real.h"
 #include "shim.h"
+#include "state.h"
+#include "thread_state.h"
 
 namespace lazypin {
 namespace {
@@ -14,61 +19,53 @@ namespace {
 using RegisterFn = cudaError_t (*)(void*, size_t, unsigned int);
 using UnregisterFn = cudaError_t (*)(void*);
 
-template <Via V>
-real::Lazy<RegisterFn>& RegisterSlot() {
-  static real::Lazy<RegisterFn> slot;
-  return slot;
-}
-template <Via V>
-real::Lazy<UnregisterFn>& UnregisterSlot() {
-  static real::Lazy<UnregisterFn> slot;
-  return slot;
-}
+real::Lazy<RegisterFn> g_register[kViaCount];
+real::Lazy<UnregisterFn> g_unregister[kViaCount];
+
+Dispatch* ActiveDispatch() { return t_state.inside ? nullptr : ActiveState()->dispatch; }
 
 template <Via V>
 cudaError_t HookRegister(void* ptr, size_t bytes, unsigned int flags) {
-  RegisterFn real = RegisterSlot<V>().Get(&real::Runtime, "cudaHostRegister");
+  RegisterFn real = g_register[static_cast<int>(V)].Get(&real::Runtime, "cudaHostRegister");
   if (real == nullptr) return cudaErrorUnknown;
-  Shim* shim = t_state.inside ? nullptr : Shim::Active();
-  if (shim == nullptr) return real(ptr, bytes, flags);
-  return static_cast<cudaError_t>(
-      shim->RuntimeCall(Api::kCudaHostRegister, V, ptr, bytes, flags,
-                        [&] { return static_cast<int>(real(ptr, bytes, flags)); }));
+  Dispatch* dispatch = ActiveDispatch();
+  if (dispatch == nullptr) return real(ptr, bytes, flags);
+  return static_cast<cudaError_t>(dispatch->Runtime(
+      {Api::kCudaHostRegister, V, ptr, bytes, flags}, [&] { return static_cast<int>(real(ptr, bytes, flags)); }));
 }
 
 template <Via V>
 cudaError_t HookUnregister(void* ptr) {
-  UnregisterFn real = UnregisterSlot<V>().Get(&real::Runtime, "cudaHostUnregister");
+  UnregisterFn real = g_unregister[static_cast<int>(V)].Get(&real::Runtime, "cudaHostUnregister");
   if (real == nullptr) return cudaErrorUnknown;
-  Shim* shim = t_state.inside ? nullptr : Shim::Active();
-  if (shim == nullptr) return real(ptr);
-  return static_cast<cudaError_t>(shim->RuntimeCall(
-      Api::kCudaHostUnregister, V, ptr, 0, 0, [&] { return static_cast<int>(real(ptr)); }));
+  Dispatch* dispatch = ActiveDispatch();
+  if (dispatch == nullptr) return real(ptr);
+  return static_cast<cudaError_t>(dispatch->Runtime({Api::kCudaHostUnregister, V, ptr, 0, 0},
+                                                    [&] { return static_cast<int>(real(ptr)); }));
+}
+
+template <Via V>
+void* HookFor(bool reg) {
+  return reg ? reinterpret_cast<void*>(&HookRegister<V>) : reinterpret_cast<void*>(&HookUnregister<V>);
 }
 
 }  // namespace
 
-// For our dlsym (hooks_driver.cc): the copy of a runtime hook for a door.
 void* RuntimeHookOf(const char* name, Via via) {
   const bool reg = strcmp(name, "cudaHostRegister") == 0;
   switch (via) {
-    case Via::kSymbol:
-      return reg ? reinterpret_cast<void*>(&HookRegister<Via::kSymbol>)
-                 : reinterpret_cast<void*>(&HookUnregister<Via::kSymbol>);
-    case Via::kDlsym:
-      return reg ? reinterpret_cast<void*>(&HookRegister<Via::kDlsym>)
-                 : reinterpret_cast<void*>(&HookUnregister<Via::kDlsym>);
-    case Via::kGetProc:
-      return reg ? reinterpret_cast<void*>(&HookRegister<Via::kGetProc>)
-                 : reinterpret_cast<void*>(&HookUnregister<Via::kGetProc>);
+    case Via::kSymbol: return HookFor<Via::kSymbol>(reg);
+    case Via::kDlsym: return HookFor<Via::kDlsym>(reg);
+    case Via::kGetProc: return HookFor<Via::kGetProc>(reg);
   }
   return nullptr;
 }
 
 bool OfferRuntimeReal(const char* name, Via via, void* fn) {
   if (via != Via::kDlsym) return false;
-  if (strcmp(name, "cudaHostRegister") == 0) return RegisterSlot<Via::kDlsym>().Offer(fn);
-  return UnregisterSlot<Via::kDlsym>().Offer(fn);
+  const int door = static_cast<int>(via);
+  if (strcmp(name, "cudaHostRegister") == 0) return g_register[door].Offer(fn);
+  return g_unregister[door].Offer(fn);
 }
 
 }  // namespace lazypin

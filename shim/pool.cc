@@ -1,51 +1,12 @@
 // pool: the policy (see pool.h for the invariants).
 #include "pool.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 
 #include "fmt/format.h"
+#include "pages.h"
 
 namespace lazypin {
-namespace {
-
-uintptr_t PageSize() {
-  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  return page;
-}
-uintptr_t PageFloor(uintptr_t a) { return a & ~(PageSize() - 1); }
-uintptr_t PageCeil(uintptr_t a) {
-  const uintptr_t up = a + PageSize() - 1;
-  return up < a ? ~PageSize() + 1 : PageFloor(up);
-}
-uintptr_t End(uintptr_t base, size_t bytes) {
-  const uintptr_t end = base + bytes;
-  return end < base ? ~uintptr_t{0} : end;
-}
-
-}  // namespace
-
-const char* ActionName(Action action) {
-  switch (action) {
-    case Action::kForward: return "forward";
-    case Action::kHit: return "hit";
-    case Action::kMiss: return "miss";
-    case Action::kDeferred: return "deferred";
-    case Action::kPassthrough: return "passthrough";
-  }
-  return "forward";
-}
-
-const char* EvictReasonName(EvictReason reason) {
-  static constexpr const char* kNames[] = {
-      "lru",    "idle",   "overlap",    "make_room", "query", "free",  "realloc",
-      "munmap", "mremap", "mmap_fixed", "madvise",   "brk",   "shmdt", "shmat",
-      "context", "pfn",   "exit"};
-  static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<int>(EvictReason::kCount));
-  return kNames[static_cast<int>(reason)];
-}
-
 Pool::Pool(PoolDriver* driver, PoolObserver* observer, PoolLimits limits)
     : driver_(driver), observer_(observer), limits_(limits) {}
 
@@ -53,7 +14,7 @@ Pool::Map::iterator Pool::FirstOverlap(uintptr_t lo) {
   auto it = entries_.upper_bound(lo);
   if (it != entries_.begin()) {
     auto prev = std::prev(it);
-    if (End(prev->second.base, prev->second.bytes) > lo) return prev;
+    if (RangeEnd(prev->second.base, prev->second.bytes) > lo) return prev;
   }
   return it;
 }
@@ -91,7 +52,7 @@ void Pool::MarkDeferred(Entry& e) {
   e.lru_key = next_lru_key_++;
   e.deferred_at = driver_->NowNs();
   lru_.emplace(e.lru_key, e.base);
-  filter_.Add(e.base, End(e.base, e.bytes));
+  filter_.Add(e.base, RangeEnd(e.base, e.bytes));
   holding_.fetch_add(1, std::memory_order_relaxed);
   counters_.pooled_bytes += e.bytes;
   counters_.pooled_entries += 1;
@@ -109,7 +70,7 @@ void Pool::UnmarkDeferred(Entry& e) {
 
 Pool::Map::iterator Pool::Erase(Map::iterator it) {
   if (it->second.state == State::kDeferred || it->second.state == State::kEvicting) {
-    filter_.Remove(it->second.base, End(it->second.base, it->second.bytes));
+    filter_.Remove(it->second.base, RangeEnd(it->second.base, it->second.bytes));
     holding_.fetch_sub(1, std::memory_order_relaxed);
   }
   return entries_.erase(it);  // a btree erase invalidates every other iterator
@@ -166,7 +127,7 @@ const Pool::Entry* Pool::HitLocked(const RegisterRequest& req) {
   }
   if (limits_.check_frames && !FramesUnchanged(e)) return nullptr;  // Register() says why
   UnmarkDeferred(e);
-  filter_.Remove(e.base, End(e.base, e.bytes));
+  filter_.Remove(e.base, RangeEnd(e.base, e.bytes));
   holding_.fetch_sub(1, std::memory_order_relaxed);
   e.state = State::kInUse;
   counters_.hits += 1;
@@ -176,7 +137,7 @@ const Pool::Entry* Pool::HitLocked(const RegisterRequest& req) {
 std::optional<Outcome> Pool::TryHit(const RegisterRequest& req) {
   if (abandoned_.load(std::memory_order_relaxed) || Empty() || req.ptr == 0) return std::nullopt;
   std::unique_lock<std::mutex> lock(mu_);
-  AwaitQuiet(lock, PageFloor(req.ptr), PageCeil(End(req.ptr, req.bytes)));
+  AwaitQuiet(lock, PageFloor(req.ptr), PageCeil(RangeEnd(req.ptr, req.bytes)));
   if (HitLocked(req) == nullptr) return std::nullopt;
   return Outcome{kCudaSuccess, Action::kHit, 0};
 }
@@ -185,7 +146,7 @@ Outcome Pool::Register(const RegisterRequest& req, absl::FunctionRef<int()> forw
   if (abandoned_.load(std::memory_order_relaxed) || req.ptr == 0 || req.bytes == 0) {
     return Outcome{forward(), Action::kForward, 0};
   }
-  const uintptr_t lo = req.ptr, hi = End(req.ptr, req.bytes);
+  const uintptr_t lo = req.ptr, hi = RangeEnd(req.ptr, req.bytes);
   // The driver refuses overlaps at page granularity or finer: treat any entry
   // sharing a page with the request as overlapping.
   const uintptr_t page_lo = PageFloor(lo), page_hi = PageCeil(hi);
@@ -197,7 +158,7 @@ Outcome Pool::Register(const RegisterRequest& req, absl::FunctionRef<int()> forw
     if (HitLocked(req) != nullptr) return Outcome{kCudaSuccess, Action::kHit, 0};
     for (auto it = FirstOverlap(page_lo); it != entries_.end() && it->first < page_hi; ++it) {
       const Entry& e = it->second;
-      if (e.state == State::kInUse && e.base < hi && End(e.base, e.bytes) > lo) {
+      if (e.state == State::kInUse && e.base < hi && RangeEnd(e.base, e.bytes) > lo) {
         // The program's own view overlaps: the driver answers (712), as without lazypin.
         forward_only = true;
       }

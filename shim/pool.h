@@ -30,24 +30,11 @@
 #include "absl/functional/function_ref.h"
 #include "absl/base/thread_annotations.h"
 #include "granule_filter.h"
+#include "types.h"
 
 namespace lazypin {
 
 using Context = void*;  // a CUcontext, opaque to the pool
-
-enum class Action { kForward, kHit, kMiss, kDeferred, kPassthrough };
-const char* ActionName(Action action);
-
-enum class EvictReason {
-  kLru, kIdle, kOverlap, kMakeRoom, kQuery, kFree, kRealloc, kMunmap, kMremap, kMmapFixed,
-  kMadvise, kBrk, kShmdt, kShmat, kContext, kPfn, kExit,
-  kCount  // number of reasons
-};
-const char* EvictReasonName(EvictReason reason);
-
-// CUDA result codes the pool needs to know.
-constexpr int kCudaSuccess = 0;
-constexpr int kCudaOutOfMemory = 2;
 
 // The pool's only route to the driver.
 class PoolDriver {

@@ -7,6 +7,13 @@
 
 namespace lazypin {
 namespace real {
+namespace {
+thread_local int t_resolving __attribute__((tls_model("initial-exec"))) = 0;
+}  // namespace
+
+ScopedResolving::ScopedResolving() { ++t_resolving; }
+ScopedResolving::~ScopedResolving() { --t_resolving; }
+bool Resolving() { return t_resolving > 0; }
 
 DlsymFn Dlsym() {
   static std::atomic<DlsymFn> fn{nullptr};

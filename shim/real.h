@@ -10,6 +10,14 @@
 namespace lazypin {
 namespace real {
 
+class ScopedResolving {
+ public:
+  ScopedResolving();
+  ~ScopedResolving();
+  ScopedResolving(const ScopedResolving&) = delete;
+  ScopedResolving& operator=(const ScopedResolving&) = delete;
+};
+
 using DlsymFn = void* (*)(void*, const char*);
 
 // glibc's dlsym (GLIBC_2.34, else GLIBC_2.2.5). Never null after first call
@@ -26,13 +34,20 @@ void* Driver(const char* name);
 // whose file name starts with "libcudart.so"), or null.
 void* Runtime(const char* name);
 
-// Lazily resolved real function, cached in a relaxed atomic.
+// True on a thread while it looks a real function up: the loader may free
+// its own memory meanwhile, which the free hook then leaks rather than hand
+// to a function it lacks.
+bool Resolving();
+
+// A lazily resolved real function, cached in a relaxed atomic: the one way
+// lazypin holds a real function.
 template <typename Fn>
 class Lazy {
  public:
   Fn Get(void* (*resolve)(const char*), const char* name) {
     Fn fn = fn_.load(std::memory_order_relaxed);
     if (fn == nullptr) {
+      ScopedResolving resolving;
       fn = reinterpret_cast<Fn>(resolve(name));
       fn_.store(fn, std::memory_order_relaxed);
     }

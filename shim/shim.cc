@@ -12,64 +12,49 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <memory>
 #include <mutex>
-#include <optional>
+#include <string>
+#include <vector>
 
 #include "collector.h"
-#include "fmt/compile.h"
-#include "fmt/format.h"
+#include "config.h"
 #include "cuda.h"
+#include "cuda_pool_driver.h"
+#include "dispatch.h"
+#include "fmt/format.h"
 #include "hooks_memory.h"
 #include "log.h"
+#include "memory_guard.h"
 #include "pfn.h"
+#include "pool.h"
 #include "real.h"
+#include "records.h"
+#include "state.h"
+#include "stats.h"
+#include "thread_state.h"
+
+extern char** environ;
 
 namespace lazypin {
 
-Pool* g_active_pool = nullptr;
-std::atomic<Collector*> g_collector{nullptr};
+const ShimState* g_state = nullptr;
 
 namespace {
 
-std::atomic<Shim*> g_shim{nullptr};
-// 0: not set up; 1: set up (g_shim may still be null: off, child, exited).
-std::atomic<int> g_setup{0};
-thread_local int t_tid LAZYPIN_TLS = 0;
-
 constexpr const char* kVersion = "0.1.0";
 
-int64_t MonotonicNs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
-}
-
-int64_t UnixNs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
-}
+thread_local int t_tid LAZYPIN_TLS = 0;
 
 int ThreadId() {
   if (t_tid == 0) t_tid = static_cast<int>(syscall(SYS_gettid));
   return t_tid;
 }
 
-std::string JsonString(std::string_view s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) out += fmt::format("\\u{:04x}", c);
-        else out.push_back(static_cast<char>(c));
-    }
-  }
-  out += "\"";
-  return out;
+int64_t UnixNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
 }
 
 std::string ReadSmallFile(const char* path) {
@@ -83,163 +68,124 @@ std::string ReadSmallFile(const char* path) {
   return out;
 }
 
-template <typename Fn>
-Fn DriverFn(real::Lazy<Fn>& lazy, const char* name) {
-  return lazy.Get(&real::Driver, name);
-}
+void Publish(const ShimState* state) { __atomic_store_n(&g_state, state, __ATOMIC_RELEASE); }
 
-// The pool's route to the real driver: lazypin's own unregisters (evictions).
-class RealPoolDriver final : public PoolDriver {
+
+class Shim;
+Shim* g_shim = nullptr;  // set once, before the first state is published
+
+void ExitHandler();
+void ForkChildHandler();
+void SignalHandler(int sig);
+
+// Everything lazypin set up in this process. Never destroyed: hooks may run
+// until the very end.
+class Shim final : public DispatchEnv, public PoolObserver {
  public:
-  int Unregister(uintptr_t ptr, Context ctx) override {
-    auto unregister = DriverFn(unregister_, "cuMemHostUnregister");
-    auto push = DriverFn(push_, "cuCtxPushCurrent_v2");
-    auto pop = DriverFn(pop_, "cuCtxPopCurrent_v2");
-    auto capture_mode = DriverFn(capture_mode_, "cuThreadExchangeStreamCaptureMode");
-    if (unregister == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-    // Not part of any stream capture the program has in progress: in the
-    // default (global) mode this thread's unregister would be refused (900)
-    // and invalidate another thread's capture (measured on the H200;
-    // testapps/capture.cu). Allocators (PyTorch's) do the same.
-    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-    const bool relaxed = capture_mode != nullptr && capture_mode(&mode) == CUDA_SUCCESS;
-    // The registration belongs to `ctx`; whichever thread evicts, make it current.
-    const bool pushed = ctx != nullptr && push != nullptr && pop != nullptr &&
-                        push(static_cast<CUcontext>(ctx)) == CUDA_SUCCESS;
-    // No cuCtxSynchronize first, although waiting for the GPU here would spare
-    // the other threads the unregister's stall: a synchronize invalidates a
-    // capture in progress even in relaxed mode (measured, docs/design.md).
-    const int result = unregister(reinterpret_cast<void*>(ptr));
-    if (pushed) {
-      CUcontext popped;
-      pop(&popped);
-    }
-    if (relaxed) capture_mode(&mode);
-    return result;
-  }
-  bool ReadFrames(uintptr_t ptr, size_t bytes, std::vector<uint64_t>* frames) override {
-    return ReadPageFrames(ptr, bytes, frames);
-  }
+  void Init();
+  void AtExit();
+  void OnSignal(int sig);
+  void InForkChild();
+  const ShimState* state() const { return state_; }
+
+  // DispatchEnv
   int64_t NowNs() override { return MonotonicNs(); }
+  Context CurrentContext() override {
+    CUcontext ctx = nullptr;
+    if (auto get = ctx_get_current_.Get(&real::Driver, "cuCtxGetCurrent")) get(&ctx);
+    return ctx;
+  }
+  int CurrentDevice() override {
+    CUdevice device = -1;
+    auto get = ctx_get_device_.Get(&real::Driver, "cuCtxGetDevice");
+    if (get == nullptr || get(&device) != CUDA_SUCCESS) device = -1;
+    return device;
+  }
+  void Record(const CallRecord& record) override;
 
- private:
-  real::Lazy<CUresult (*)(void*)> unregister_;
-  real::Lazy<CUresult (*)(CUcontext)> push_;
-  real::Lazy<CUresult (*)(CUcontext*)> pop_;
-  real::Lazy<CUresult (*)(CUstreamCaptureMode*)> capture_mode_;
-};
-
-class ShimPoolObserver final : public PoolObserver {
- public:
-  explicit ShimPoolObserver(Shim* shim) : shim_(shim) {}
+  // PoolObserver
   void OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result,
-               int64_t latency_ns) override {
-    shim_->RecordEvict(ptr, bytes, reason, result, latency_ns);
-  }
-  void OnWarning(const std::string& message) override { shim_->Warn(message); }
+               int64_t latency_ns) override;
+  void OnWarning(const std::string& message) override;
 
  private:
-  Shim* const shim_;
+  int64_t SinceStart() const { return MonotonicNs() - start_mono_ns_; }
+  void WriteHeader(Mode requested, Mode effective, const std::string& why);
+  void InstallExitHandlerOnce();
+
+  Config config_;
+  int64_t start_mono_ns_ = 0;
+  int64_t start_unix_ns_ = 0;
+  std::unique_ptr<Log> log_;
+  Stats stats_;
+  std::unique_ptr<PoolDriver> pool_driver_;
+  std::unique_ptr<Pool> pool_;
+  std::unique_ptr<Collector> collector_;
+  std::unique_ptr<Dispatch> dispatch_;
+  std::unique_ptr<MemoryGuard> guard_;
+  std::string why_;  // why the effective mode differs from the requested one
+  const ShimState* state_ = nullptr;
+  std::atomic<bool> exit_handler_installed_{false};
+  real::Lazy<CUresult (*)(CUcontext*)> ctx_get_current_;
+  real::Lazy<CUresult (*)(CUdevice*)> ctx_get_device_;
+  real::Lazy<CUresult (*)(int*)> driver_get_version_;
+  struct sigaction old_action_[NSIG] = {};
 };
-
-real::Lazy<CUresult (*)(CUcontext*)> g_ctx_get_current;
-real::Lazy<CUresult (*)(CUdevice*)> g_ctx_get_device;
-real::Lazy<CUresult (*)(int*)> g_driver_get_version;
-
-struct sigaction g_old_action[NSIG];
-std::atomic<bool> g_exit_handlers_installed{false};
-
-void ExitHandler() {
-  if (Shim* shim = g_shim.load(std::memory_order_acquire)) shim->AtExit("exit");
-}
-void ForkChildHandler() {
-  if (Shim* shim = g_shim.load(std::memory_order_acquire)) shim->InForkChild();
-}
-void SignalHandler(int sig) {
-  const int saved_errno = errno;
-  if (Shim* shim = g_shim.load(std::memory_order_acquire)) shim->OnSignal(sig);
-  errno = saved_errno;
-}
-
-}  // namespace
-
-const char* ViaName(Via via) {
-  switch (via) {
-    case Via::kSymbol: return "symbol";
-    case Via::kDlsym: return "dlsym";
-    case Via::kGetProc: return "getproc";
-  }
-  return "symbol";
-}
-
-Shim::Shim() = default;
-
-Shim* Shim::Active() {
-  if (g_setup.load(std::memory_order_acquire) == 0) {
-    static std::once_flag once;
-    std::call_once(once, [] {
-      ScopedInsideLazypin inside;
-      auto* shim = new Shim();  // never destroyed: hooks may run until the very end
-      shim->Init();
-      g_setup.store(1, std::memory_order_release);
-    });
-  }
-  return g_shim.load(std::memory_order_acquire);
-}
-
-Shim* Shim::IfActive() { return g_shim.load(std::memory_order_acquire); }
 
 void Shim::Init() {
   start_mono_ns_ = MonotonicNs();
   start_unix_ns_ = UnixNs();
   const uint64_t ram = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
                        static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  ParsedConfig parsed = ParseConfig([](const char* name) { return getenv(name); }, ram);
+  ParsedConfig parsed = ParseConfig([](const char* name) { return getenv(name); }, ram, environ);
   config_ = parsed.config;
-  config_errors_ = std::move(parsed.errors);
-  for (const std::string& error : config_errors_) fprintf(stderr, "%s\n", error.c_str());
-  if (config_.mode == Mode::kOff) return;  // g_shim stays null: every hook passes through
-
-  if (config_.log_path.empty()) {
-    config_.log_path = fmt::format("lazypin-{}-%p.jsonl", program_invocation_short_name);
+  std::vector<std::string> warnings = std::move(parsed.errors);
+  for (const std::string& warning : warnings) fprintf(stderr, "%s\n", warning.c_str());
+  if (config_.mode == Mode::kOff) {
+    static const ShimState off{Mode::kOff, Mode::kOff, "", nullptr, nullptr};
+    state_ = &off;
+    return;
   }
+
+  const std::string pattern = config_.log_path.empty()
+                                  ? fmt::format("lazypin-{}-%p.jsonl", program_invocation_short_name)
+                                  : config_.log_path;
   std::string error;
-  log_ = Log::Open(ExpandLogPath(config_.log_path, getpid()), &error);
+  log_ = Log::Open(ExpandLogPath(pattern, getpid()), &error);
   if (log_ == nullptr) fprintf(stderr, "%s\n", error.c_str());
 
-  if (config_.mode == Mode::kDefer) {
-    std::string why;
-    if (!MemoryHooksSelfTest(&why)) {
-      config_.mode = Mode::kLog;
-      config_errors_.push_back(fmt::format(
-          "lazypin: LAZYPIN_MODE=defer turned off, logging only: the memory hooks' self-test "
-          "failed ({})", why));
-      fprintf(stderr, "%s\n", config_errors_.back().c_str());
+  Mode effective = config_.mode;
+  if (effective == Mode::kDefer) {
+    std::string failed;
+    if (!MemoryHooksSelfTest(&failed)) {
+      effective = Mode::kLog;
+      why_ = fmt::format("the memory hooks' self-test failed ({})", failed);
+      warnings.push_back(fmt::format("lazypin: LAZYPIN_MODE=defer turned off, logging only: {}", why_));
+      fprintf(stderr, "%s\n", warnings.back().c_str());
     }
   }
-  WriteHeader();
-  for (const std::string& e : config_errors_) {
-    if (log_) log_->Write(fmt::format(R"({{"type":"warning","t_ns":0,"message":{}}})", JsonString(e)));
+  WriteHeader(config_.mode, effective, why_);
+  for (const std::string& warning : warnings) {
+    if (log_) log_->Write(WarningRecordLine(0, warning));
   }
-  if (config_.mode == Mode::kDefer) {
+  if (effective == Mode::kDefer) {
     PoolLimits limits;
     limits.max_bytes = config_.pool_bytes;
     limits.max_entries = config_.pool_entries;
     limits.check_frames = config_.check_pfn;
-    pool_driver_ = std::make_unique<RealPoolDriver>();
-    pool_observer_ = std::make_unique<ShimPoolObserver>(this);
-    pool_ = std::make_unique<Pool>(pool_driver_.get(), pool_observer_.get(), limits);
-    __atomic_store_n(&g_active_pool, pool_.get(), __ATOMIC_RELEASE);
+    pool_driver_ = MakeCudaPoolDriver();
+    pool_ = std::make_unique<Pool>(pool_driver_.get(), this, limits);
     if (config_.check_pfn) {
       std::vector<uint64_t> frames;
       if (!ReadPageFrames(reinterpret_cast<uintptr_t>(&frames), 1, &frames)) {
-        Warn("LAZYPIN_CHECK_PFN=1 needs root (CAP_SYS_ADMIN) to read /proc/self/pagemap; "
-             "page checks are off");
+        OnWarning("LAZYPIN_CHECK_PFN=1 needs root (CAP_SYS_ADMIN) to read /proc/self/pagemap; "
+                  "page checks are off");
       }
     }
     collector_ = std::make_unique<Collector>(pool_.get(), config_.idle_ms, &RealFree);
-    g_collector.store(collector_.get(), std::memory_order_release);
+    guard_ = std::make_unique<MemoryGuard>(pool_.get(), collector_.get());
   }
+  dispatch_ = std::make_unique<Dispatch>(this, pool_.get());
   pthread_atfork(nullptr, nullptr, ForkChildHandler);
   for (int sig : {SIGTERM, SIGINT}) {
     struct sigaction old;
@@ -249,231 +195,82 @@ void Shim::Init() {
       action.sa_handler = SignalHandler;
       sigemptyset(&action.sa_mask);
       action.sa_flags = SA_RESTART;
-      g_old_action[sig] = old;
+      old_action_[sig] = old;
       sigaction(sig, &action, nullptr);
     }
   }
-  g_shim.store(this, std::memory_order_release);
+  state_ = new ShimState{config_.mode, effective, why_.c_str(), dispatch_.get(), guard_.get()};
 }
 
-void Shim::WriteHeader() {
+void Shim::WriteHeader(Mode requested, Mode effective, const std::string& why) {
   if (!log_) return;
-  std::string argv;
-  const std::string cmdline = ReadSmallFile("/proc/self/cmdline");
-  for (size_t i = 0; i < cmdline.size();) {
-    const size_t end = cmdline.find('\0', i);
-    const size_t stop = end == std::string::npos ? cmdline.size() : end;
-    argv += (argv.empty() ? "" : ",") + JsonString(cmdline.substr(i, stop - i));
-    i = stop + 1;
-  }
+  HeaderInfo info;
+  info.version = kVersion;
+  info.pid = getpid();
   char exe[4096];
   const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  exe[n > 0 ? n : 0] = '\0';
-  int driver_version = 0;
-  if (auto get_version = DriverFn(g_driver_get_version, "cuDriverGetVersion")) {
-    if (get_version(&driver_version) != CUDA_SUCCESS) driver_version = 0;
+  info.exe.assign(exe, n > 0 ? static_cast<size_t>(n) : 0);
+  info.cmdline = ReadSmallFile("/proc/self/cmdline");
+  info.requested = requested;
+  info.effective = effective;
+  info.why_effective = why;
+  info.start_unix_ns = start_unix_ns_;
+  info.driver_version = 0;
+  if (auto get_version = driver_get_version_.Get(&real::Driver, "cuDriverGetVersion")) {
+    if (get_version(&info.driver_version) != CUDA_SUCCESS) info.driver_version = 0;
   }
-  log_->Write(fmt::format(
-      R"({{"type":"header","format":1,"lazypin":"{}","pid":{},"exe":{},"argv":[{}],"mode":"{}",)"
-      R"("start_unix_ns":{},"driver_version":{},"config":{{"mode":"{}","log":{},"summary":{},)"
-      R"("pool_bytes":{},"pool_entries":{},"idle_ms":{},"check_pfn":{},"release_at_exit":{}}}}})",
-      kVersion, getpid(), JsonString(exe), argv, ModeName(config_.mode), start_unix_ns_,
-      driver_version, ModeName(config_.mode), JsonString(log_->path()),
-      config_.summary ? "true" : "false", config_.pool_bytes, config_.pool_entries,
-      config_.idle_ms, config_.check_pfn ? "true" : "false",
-      config_.release_at_exit ? "true" : "false"));
+  info.config = &config_;
+  info.log_path = log_->path();
+  log_->Write(HeaderRecord(info));
 }
 
-int64_t Shim::Now() const { return MonotonicNs() - start_mono_ns_; }
-
-void Shim::InstallExitHandlersOnce() {
+void Shim::InstallExitHandlerOnce() {
   // After the first real call, so that cudart (set up inside that call)
   // registered its own exit handler first, and ours runs while CUDA is alive.
-  if (g_exit_handlers_installed.load(std::memory_order_relaxed) ||
-      g_exit_handlers_installed.exchange(true)) {
+  if (exit_handler_installed_.load(std::memory_order_relaxed) ||
+      exit_handler_installed_.exchange(true)) {
     return;
   }
   atexit(ExitHandler);
 }
 
-void Shim::Record(Api api, Via via, void* ptr, size_t bytes, unsigned flags, int result,
-                  int64_t latency_ns, Action action, int evicted) {
-  stats_.RecordCall(api, bytes, result, latency_ns, action);
-  if (!log_) return;
-  fmt::memory_buffer line;
-  fmt::format_to(std::back_inserter(line),
-                 FMT_COMPILE(R"({{"type":"call","t_ns":{},"tid":{},"api":"{}","via":"{}","ptr":"{}",)"
-                             R"("bytes":{},"flags":{},"result":{},"latency_ns":{},"action":"{}",)"
-                             R"("evicted":{}}})"),
-                 Now(), ThreadId(), ApiName(api), ViaName(via), ptr, bytes, flags, result,
-                 latency_ns, ActionName(action), evicted);
-  log_->Write(std::string_view(line.data(), line.size()));
+void Shim::Record(const CallRecord& record) {
+  stats_.RecordCall(record.call.api, record.call.bytes, record.result, record.latency_ns,
+                    record.action);
+  if (log_) log_->Write(CallRecordLine(SinceStart(), ThreadId(), record));
+  InstallExitHandlerOnce();
 }
 
-void Shim::RecordEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result,
-                       int64_t latency_ns) {
+void Shim::OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result,
+                   int64_t latency_ns) {
   stats_.RecordEvict(latency_ns);
-  if (!log_) return;
-  log_->Write(fmt::format(
-      R"({{"type":"evict","t_ns":{},"tid":{},"ptr":"{}","bytes":{},"reason":"{}","result":{},"latency_ns":{}}})",
-      Now(), ThreadId(), reinterpret_cast<void*>(ptr), bytes, EvictReasonName(reason), result,
-      latency_ns));
-}
-
-void Shim::Warn(const std::string& message) {
-  fprintf(stderr, "lazypin: %s\n", message.c_str());
   if (log_) {
-    log_->Write(fmt::format(R"({{"type":"warning","t_ns":{},"message":{}}})", Now(),
-                            JsonString(message)));
+    log_->Write(EvictRecordLine(SinceStart(), ThreadId(), ptr, bytes, reason, result, latency_ns));
   }
 }
 
-int Shim::RuntimeCall(Api api, Via via, void* ptr, size_t bytes, unsigned flags,
-                      absl::FunctionRef<int()> real) {
-  const int64_t t0 = MonotonicNs();
-  // A hit or a deferral needs no driver call: take it here and spare the
-  // program cudart's own path. A register needs the context cudart will use:
-  // the current one (cudart uses it when there is one). Everything else goes
-  // through cudart to the driver hook beneath, which acts and reports, so
-  // that cudart sees only the driver's final answer (its last error too).
-  std::optional<Outcome> fast;
-  if (pool_ != nullptr) {
-    ScopedInsideLazypin inside;
-    if (IsRegister(api)) {
-      CUcontext ctx = nullptr;
-      if (auto get = DriverFn(g_ctx_get_current, "cuCtxGetCurrent")) get(&ctx);
-      if (ctx != nullptr) fast = pool_->TryHit(Request(ptr, bytes, flags, ctx));
-    } else {
-      fast = pool_->TryDefer(reinterpret_cast<uintptr_t>(ptr));
-    }
-  }
-  Outcome outcome;
-  if (fast) {
-    outcome = *fast;
-  } else {
-    t_state.runtime_depth += 1;
-    t_state.action = Action::kForward;
-    t_state.evicted = 0;
-    outcome.result = real();
-    outcome.action = t_state.action;
-    outcome.evicted = t_state.evicted;
-    t_state.runtime_depth -= 1;
-  }
-  const int64_t latency = MonotonicNs() - t0;
-  ScopedInsideLazypin inside;
-  Record(api, via, ptr, bytes, flags, outcome.result, latency, outcome.action, outcome.evicted);
-  InstallExitHandlersOnce();
-  return outcome.result;
+void Shim::OnWarning(const std::string& message) {
+  fprintf(stderr, "lazypin: %s\n", message.c_str());
+  if (log_) log_->Write(WarningRecordLine(SinceStart(), message));
 }
 
-RegisterRequest Shim::Request(void* ptr, size_t bytes, unsigned flags, void* ctx) {
-  RegisterRequest request;
-  request.ptr = reinterpret_cast<uintptr_t>(ptr);
-  request.bytes = bytes;
-  request.flags = flags;
-  request.ctx = ctx;
-  CUdevice device = -1;
-  if (auto get = DriverFn(g_ctx_get_device, "cuCtxGetDevice")) {
-    if (get(&device) != CUDA_SUCCESS) device = -1;
-  }
-  request.device = device;
-  return request;
-}
-
-Outcome Shim::PoolRegister(void* ptr, size_t bytes, unsigned flags,
-                           absl::FunctionRef<int()> real) {
-  CUcontext ctx = nullptr;
-  if (auto get = DriverFn(g_ctx_get_current, "cuCtxGetCurrent")) get(&ctx);
-  return pool_->Register(Request(ptr, bytes, flags, ctx), real);
-}
-
-int Shim::DriverCall(Api api, Via via, void* ptr, size_t bytes, unsigned flags,
-                     absl::FunctionRef<int()> real, absl::FunctionRef<Outcome()> pooled) {
-  const bool nested = t_state.runtime_depth > 0;  // cudart calling down: it records
-  if (pool_ == nullptr && nested) return real();
-  const int64_t t0 = MonotonicNs();
-  Outcome outcome;
-  if (pool_ == nullptr) {
-    outcome.result = real();
-  } else {
-    ScopedInsideLazypin inside;
-    outcome = pooled();
-  }
-  const int64_t latency = MonotonicNs() - t0;
-  if (nested) {
-    t_state.action = outcome.action;
-    t_state.evicted = outcome.evicted;
-    return outcome.result;
-  }
-  ScopedInsideLazypin inside;
-  Record(api, via, ptr, bytes, flags, outcome.result, latency, outcome.action, outcome.evicted);
-  InstallExitHandlersOnce();
-  return outcome.result;
-}
-
-int Shim::DriverRegister(Api api, Via via, void* ptr, size_t bytes, unsigned flags,
-                         absl::FunctionRef<int()> real) {
-  return DriverCall(api, via, ptr, bytes, flags, real,
-                    [&] { return PoolRegister(ptr, bytes, flags, real); });
-}
-
-int Shim::DriverUnregister(Api api, Via via, void* ptr, absl::FunctionRef<int()> real) {
-  return DriverCall(api, via, ptr, 0, 0, real, [&] {
-    return pool_->Unregister(reinterpret_cast<uintptr_t>(ptr), real);
-  });
-}
-
-void Shim::BeforeContextDestroy(void* ctx) {
-  if (pool_ == nullptr) return;
-  ScopedInsideLazypin inside;
-  pool_->DropContext(ctx);
-}
-
-void Shim::BeforePrimaryContextReset(int device, bool forget_in_use) {
-  if (pool_ == nullptr) return;
-  ScopedInsideLazypin inside;
-  pool_->DropDevice(device, forget_in_use);
-}
-
-void Shim::BeforeQuery(uintptr_t ptr) {
-  if (pool_ == nullptr || !pool_->MaybeHolds(ptr, ptr + 1)) return;
-  ScopedInsideLazypin inside;
-  pool_->Invalidate(ptr, ptr + 1, EvictReason::kQuery);
-}
-
-void Shim::MemoryLeaving(uintptr_t lo, uintptr_t hi, EvictReason reason) {
-  Pool* pool = ActivePool();
-  if (pool == nullptr || t_state.inside > 0 || !pool->MaybeHolds(lo, hi)) return;
-  ScopedInsideLazypin inside;
-  pool->Invalidate(lo, hi, reason);
-}
-
-bool Shim::HandOverFree(void* block, size_t bytes, bool may_wait) {
-  Collector* collector = g_collector.load(std::memory_order_acquire);
-  const uint64_t ticket = collector != nullptr ? collector->TakeFree(block, bytes) : 0;
-  if (ticket == 0) return false;
-  // What the program freed must not pile up (a program that frees 40 GiB and
-  // allocates 40 GiB again would need both): past the bound, this free waits
-  // for its block, as it did when the free hook unregistered inline. Bounded,
-  // so that a signal handler's free that interrupted the driver (which the
-  // collector then waits for) only waits that long.
-  if (may_wait && collector->PendingBytes() > kMaxPendingFreeBytes) {
-    collector->WaitFreed(ticket, kPendingFreeWaitMs);
-  }
-  return true;
-}
-
-void Shim::AtExit(const char* ended_by) {
+void Shim::AtExit() {
   static std::atomic<bool> done{false};
   if (done.exchange(true)) return;
   ScopedInsideLazypin inside;
-  g_collector.store(nullptr, std::memory_order_release);
+  // From here on a free of pooled memory invalidates on the freeing thread:
+  // the collector stops.
+  if (guard_) {
+    static const MemoryGuard exit_guard(pool_.get(), nullptr);
+    Publish(new ShimState{state_->requested, state_->effective, state_->why, dispatch_.get(),
+                          &exit_guard});
+  }
   if (collector_) collector_->Stop();
   if (pool_ && config_.release_at_exit) pool_->ReleaseAll(EvictReason::kExit);
   const PoolCounters counters = pool_ ? pool_->Counters() : PoolCounters{};
   std::string log_note;
   if (log_) {
-    log_->Close(stats_.SummaryJson(counters, Now(), ended_by));
+    log_->Close(stats_.SummaryJson(counters, SinceStart(), "exit"));
     const std::string failure = log_->failure();
     log_note = failure.empty()
                    ? fmt::format("lazypin: log: {}\n", log_->path())
@@ -492,25 +289,19 @@ void Shim::AtExit(const char* ended_by) {
 
 void Shim::OnSignal(int sig) {
   // Async-signal-safe only: wait for the writer thread, append a short
-  // summary by hand, then die of the signal as the program would have.
-  if (log_) {
+  // summary by hand, then die of the signal as the program would have. In a
+  // fork's child, or once dying, only the latter: the log is the parent's.
+  const ShimState* state = PublishedState();
+  if (log_ && state != nullptr && state->dispatch != nullptr) {
     log_->DrainFromSignal(500);
     char line[160];
-    const char* name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
-    int64_t t = Now();
-    char digits[24];
-    int n = 0;
-    do { digits[n++] = static_cast<char>('0' + t % 10); t /= 10; } while (t > 0 && n < 23);
-    size_t len = 0;
-    for (const char* s = R"({"type":"summary","t_ns":)"; *s; ++s) line[len++] = *s;
-    while (n > 0) line[len++] = digits[--n];
-    for (const char* s = R"(,"ended_by":")"; *s; ++s) line[len++] = *s;
-    for (const char* s = name; *s; ++s) line[len++] = *s;
-    for (const char* s = R"("})"; *s; ++s) line[len++] = *s;
+    const size_t len =
+        SignalSummaryLine(line, sizeof line, SinceStart(), sig == SIGTERM ? "SIGTERM" : "SIGINT");
     log_->WriteDirect(std::string_view(line, len));
   }
-  g_shim.store(nullptr, std::memory_order_release);
-  sigaction(sig, &g_old_action[sig], nullptr);
+  static const ShimState dying{Mode::kOff, Mode::kOff, "a fatal signal", nullptr, nullptr};
+  Publish(&dying);
+  sigaction(sig, &old_action_[sig], nullptr);
   raise(sig);
 }
 
@@ -518,9 +309,44 @@ void Shim::InForkChild() {
   // The child has one thread and none of ours: forget the pool without a
   // driver call or a lock, leave the parent's log alone, pass everything through.
   if (pool_) pool_->AbandonAfterFork();
-  __atomic_store_n(&g_active_pool, nullptr, __ATOMIC_RELAXED);
-  g_collector.store(nullptr, std::memory_order_relaxed);
-  g_shim.store(nullptr, std::memory_order_relaxed);
+  static const ShimState child{Mode::kOff, Mode::kOff, "a fork's child", nullptr, nullptr};
+  Publish(&child);
+  // Signals do in the child exactly what they do without lazypin.
+  for (int sig : {SIGTERM, SIGINT}) {
+    struct sigaction now;
+    if (sigaction(sig, nullptr, &now) == 0 && !(now.sa_flags & SA_SIGINFO) &&
+        now.sa_handler == SignalHandler) {
+      sigaction(sig, &old_action_[sig], nullptr);
+    }
+  }
+}
+
+void ExitHandler() {
+  if (PublishedState() != nullptr && g_shim != nullptr) g_shim->AtExit();
+}
+void ForkChildHandler() {
+  if (g_shim != nullptr) g_shim->InForkChild();
+}
+void SignalHandler(int sig) {
+  const int saved_errno = errno;
+  if (g_shim != nullptr) g_shim->OnSignal(sig);
+  errno = saved_errno;
+}
+
+}  // namespace
+
+const ShimState* ActiveState() {
+  static std::once_flag once;
+  if (PublishedState() == nullptr) {
+    std::call_once(once, [] {
+      ScopedInsideLazypin inside;
+      auto* shim = new Shim();  // never destroyed: hooks may run until the very end
+      shim->Init();
+      g_shim = shim;
+      Publish(shim->state());
+    });
+  }
+  return PublishedState();
 }
 
 }  // namespace lazypin

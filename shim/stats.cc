@@ -5,25 +5,9 @@
 #include <cmath>
 
 #include "fmt/format.h"
+#include "pool.h"
 
 namespace lazypin {
-
-const char* ApiName(Api api) {
-  switch (api) {
-    case Api::kCudaHostRegister: return "cudaHostRegister";
-    case Api::kCudaHostUnregister: return "cudaHostUnregister";
-    case Api::kCuMemHostRegister: return "cuMemHostRegister";
-    case Api::kCuMemHostRegisterV2: return "cuMemHostRegister_v2";
-    case Api::kCuMemHostUnregister: return "cuMemHostUnregister";
-    case Api::kCount: break;
-  }
-  return "?";
-}
-
-bool IsRegister(Api api) {
-  return api == Api::kCudaHostRegister || api == Api::kCuMemHostRegister ||
-         api == Api::kCuMemHostRegisterV2;
-}
 
 int LatencyHistogram::Index(uint64_t v) {
   if (v < (uint64_t{1} << kSubBits)) return static_cast<int>(v);
@@ -109,15 +93,10 @@ void Stats::RecordEvict(int64_t latency_ns) {
   real_unregister_.ns += latency_ns;
 }
 
-void Stats::RecordDropped() {
-  std::lock_guard<std::mutex> lock(mu_);
-  dropped_ += 1;
-}
-
 // What the pool saved: each hit avoided a register of its size class (at the
 // mean measured cost of real ones), each deferral avoided an unregister (at
 // the mean measured cost); the evictions lazypin made are paid back.
-int64_t Stats::SavedEstimateNs(const PoolCounters&) const {
+int64_t Stats::SavedEstimateNs() const {
   double saved = 0;
   for (int c = 0; c < kSizeClasses; ++c) {
     saved += hits_by_size_[c] * real_register_by_size_[c].Mean();
@@ -166,11 +145,10 @@ std::string Stats::SummaryJson(const PoolCounters& pool, int64_t t_ns, const cha
   return fmt::format(
       R"({{"type":"summary","t_ns":{},"ended_by":"{}","apis":{{{}}},"size_classes":{{{}}},)"
       R"("pool":{{"hits":{},"misses":{},"deferred":{},"evictions":{{{}}},"peak_bytes":{},)"
-      R"("peak_entries":{},"pooled_bytes":{},"pooled_entries":{},"saved_ns_est":{}}},)"
-      R"("records_dropped":{}}})",
+      R"("peak_entries":{},"pooled_bytes":{},"pooled_entries":{},"saved_ns_est":{}}}}})",
       t_ns, ended_by, apis, sizes, pool.hits, pool.misses, pool.deferred, evictions,
       pool.peak_bytes, pool.peak_entries, pool.pooled_bytes, pool.pooled_entries,
-      SavedEstimateNs(pool), dropped_);
+      SavedEstimateNs());
 }
 
 std::string Stats::SummaryText(const PoolCounters& pool, bool defer) const {
@@ -192,7 +170,7 @@ std::string Stats::SummaryText(const PoolCounters& pool, bool defer) const {
         "lazypin: pool: {} hits / {} registers ({:.0f}%), {} deferred, {} evicted, peak {} "
         "entries / {} bytes, saved ~{}\n",
         pool.hits, registers, registers ? 100.0 * pool.hits / registers : 0.0, pool.deferred,
-        evicted, pool.peak_entries, pool.peak_bytes, Human(SavedEstimateNs(pool)));
+        evicted, pool.peak_entries, pool.peak_bytes, Human(SavedEstimateNs()));
   }
   return out;
 }

@@ -10,15 +10,11 @@
 #include <mutex>
 
 #include "absl/base/thread_annotations.h"
-#include "pool.h"
+#include "types.h"
 
 namespace lazypin {
 
-// The five hooked entry points, as the program called them.
-enum class Api { kCudaHostRegister, kCudaHostUnregister, kCuMemHostRegister, kCuMemHostRegisterV2,
-                 kCuMemHostUnregister, kCount };
-const char* ApiName(Api api);
-bool IsRegister(Api api);
+struct PoolCounters;
 
 // Log-linear histogram of nanoseconds: 32 sub-buckets per power of two, so a
 // percentile is within 1/32 (3.1%) of the true value.
@@ -53,11 +49,10 @@ const char* SizeClassName(int size_class);
 
 class Stats {
  public:
-  // One program call. `forwarded_to_driver`: the driver really did the work
-  // (so its latency measures the driver, for the time-saved estimate).
+  // One program call; `action` says whether the driver really did the work
+  // (then its latency measures the driver, for the time-saved estimate).
   void RecordCall(Api api, size_t bytes, int result, int64_t latency_ns, Action action);
   void RecordEvict(int64_t latency_ns);
-  void RecordDropped();
 
   // The summary record (one JSON line, without newline).
   std::string SummaryJson(const PoolCounters& pool, int64_t t_ns, const char* ended_by) const;
@@ -65,7 +60,7 @@ class Stats {
   std::string SummaryText(const PoolCounters& pool, bool defer) const;
 
  private:
-  int64_t SavedEstimateNs(const PoolCounters& pool) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t SavedEstimateNs() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable std::mutex mu_;
   std::array<CallStats, static_cast<int>(Api::kCount)> by_api_ ABSL_GUARDED_BY(mu_);
@@ -82,7 +77,6 @@ class Stats {
   Total real_unregister_ ABSL_GUARDED_BY(mu_);
   uint64_t deferred_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t evict_total_ns_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace lazypin

@@ -10,8 +10,6 @@
 #include <thread>
 #include <utility>
 
-#include "pool.h"
-
 #define LAZYPIN_TLS __attribute__((tls_model("initial-exec")))
 
 namespace lazypin {
@@ -21,9 +19,7 @@ struct ThreadState {
   static constexpr int kQueuedFrees = 16;
   void* queued_frees[kQueuedFrees] = {};
   int queued_free_count = 0;
-  int runtime_depth = 0;  // inside a runtime hook: the driver hook below it records nothing
-  Action action = Action::kForward;
-  int evicted = 0;
+  struct RuntimeFrame* runtime_frame = nullptr;  // see dispatch.h
 };
 extern thread_local ThreadState t_state LAZYPIN_TLS;
 

@@ -102,7 +102,7 @@ class CollectorTest : public ::testing::Test {
 TEST_F(CollectorTest, HandedOverBlockIsUnregisteredThenFreed) {
   Collector collector(pool_.get(), /*idle_ms=*/0, &FakeRealFree);
   void* p = PooledBlock(100000);
-  ASSERT_NE(collector.TakeFree(p, malloc_usable_size(p)), 0u);
+  ASSERT_NE(collector.HandOver(p, malloc_usable_size(p)), 0u);
   ASSERT_TRUE(WaitForEvents(2));
   EXPECT_EQ(Events(), (std::vector<std::string>{"unregister " + Hex(p), "free " + Hex(p)}));
   EXPECT_TRUE(pool_->Empty());
@@ -113,10 +113,10 @@ TEST_F(CollectorTest, NothingHandedOverIsLostAcrossStop) {
   Collector collector(pool_.get(), 0, &FakeRealFree);
   std::vector<void*> blocks;
   for (int i = 0; i < 200; ++i) blocks.push_back(PooledBlock(4096 + 64 * i));
-  for (void* p : blocks) ASSERT_NE(collector.TakeFree(p, malloc_usable_size(p)), 0u);
+  for (void* p : blocks) ASSERT_NE(collector.HandOver(p, malloc_usable_size(p)), 0u);
   collector.Stop();  // finishes what the thread had not yet
   void* late = malloc(16);
-  EXPECT_EQ(collector.TakeFree(late, 16), 0u);  // after Stop the caller frees it
+  EXPECT_EQ(collector.HandOver(late, 16), 0u);  // after Stop the caller frees it
   free(late);
   const std::vector<std::string> events = Events();
   ASSERT_EQ(events.size(), 400u);
@@ -134,7 +134,7 @@ TEST_F(CollectorTest, NothingHandedOverIsLostAcrossStop) {
 TEST_F(CollectorTest, WaitFreedReturnsOnceTheBlockIsFreed) {
   Collector collector(pool_.get(), 0, &FakeRealFree);
   void* p = PooledBlock(1 << 20);
-  const uint64_t ticket = collector.TakeFree(p, 1 << 20);
+  const uint64_t ticket = collector.HandOver(p, 1 << 20);
   ASSERT_NE(ticket, 0u);
   ASSERT_TRUE(collector.WaitFreed(ticket, 5000));
   EXPECT_EQ(Events().back(), "free " + Hex(p));  // freed before WaitFreed returned
@@ -146,7 +146,7 @@ TEST_F(CollectorTest, WaitFreedGivesUpWhenTheDriverIsStuck) {
   Collector collector(pool_.get(), 0, &FakeRealFree);
   void* p = PooledBlock(4096);
   g_hold_unregister = true;
-  const uint64_t ticket = collector.TakeFree(p, 4096);
+  const uint64_t ticket = collector.HandOver(p, 4096);
   EXPECT_FALSE(collector.WaitFreed(ticket, 50));  // bounded: the caller goes on
   EXPECT_EQ(collector.PendingBytes(), 4096u);
   g_hold_unregister = false;
@@ -158,15 +158,61 @@ TEST_F(CollectorTest, WaitFreedGivesUpWhenTheDriverIsStuck) {
 TEST_F(CollectorTest, BlockWithNothingPooledIsJustFreed) {
   Collector collector(pool_.get(), 0, &FakeRealFree);
   void* p = malloc(64);
-  ASSERT_NE(collector.TakeFree(p, malloc_usable_size(p)), 0u);
+  ASSERT_NE(collector.HandOver(p, malloc_usable_size(p)), 0u);
   ASSERT_TRUE(WaitForEvents(1));
   EXPECT_EQ(Events(), (std::vector<std::string>{"free " + Hex(p)}));
   collector.Stop();
 }
 
+TEST_F(CollectorTest, TakeFreeWaitsOnlyPastThePendingBound) {
+  FreeBounds bounds;
+  bounds.max_pending_bytes = 8192;
+  bounds.pending_wait_ms = 5000;
+  Collector collector(pool_.get(), 0, &FakeRealFree, bounds);
+  void* small = PooledBlock(4096);
+  void* big = PooledBlock(1 << 16);
+  g_hold_unregister = true;  // nothing handed over gets freed for now
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(collector.TakeFree(small, 4096, /*may_wait=*/true));  // under the bound: no wait
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  std::thread release([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    g_hold_unregister = false;
+  });
+  ASSERT_TRUE(collector.TakeFree(big, 1 << 16, /*may_wait=*/true));  // past it: waits for its block
+  EXPECT_EQ(Events().back(), "free " + Hex(big));
+  release.join();
+  collector.Stop();
+}
+
+TEST_F(CollectorTest, TakeFreeWaitIsBounded) {
+  FreeBounds bounds;
+  bounds.max_pending_bytes = 0;
+  bounds.pending_wait_ms = 50;
+  Collector collector(pool_.get(), 0, &FakeRealFree, bounds);
+  void* p = PooledBlock(4096);
+  g_hold_unregister = true;
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(collector.TakeFree(p, 4096, /*may_wait=*/true));
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(waited, std::chrono::milliseconds(45));
+  EXPECT_LT(waited, std::chrono::seconds(2));
+  g_hold_unregister = false;
+  collector.Stop();
+  EXPECT_EQ(collector.PendingBytes(), 0u);
+}
+
+TEST_F(CollectorTest, TakeFreeRefusesOnceStopped) {
+  Collector collector(pool_.get(), 0, &FakeRealFree);
+  collector.Stop();
+  void* p = malloc(64);
+  EXPECT_FALSE(collector.TakeFree(p, 64, /*may_wait=*/true));  // the caller frees it
+  free(p);
+}
+
 Collector* g_signal_collector = nullptr;
 void* g_signal_block = nullptr;
-void HandOverFromSignal(int) { g_signal_collector->TakeFree(g_signal_block, 8192); }
+void HandOverFromSignal(int) { g_signal_collector->HandOver(g_signal_block, 8192); }
 
 TEST_F(CollectorTest, HandOverFromASignalHandler) {
   Collector collector(pool_.get(), 0, &FakeRealFree);

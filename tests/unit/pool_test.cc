@@ -566,7 +566,6 @@ TEST(PoolNamesTest, EveryReasonAndActionHasItsLogName) {
   EXPECT_STREQ(EvictReasonName(EvictReason::kMmapFixed), "mmap_fixed");
   EXPECT_STREQ(EvictReasonName(EvictReason::kExit), "exit");
   EXPECT_STREQ(ActionName(Action::kDeferred), "deferred");
-  EXPECT_STREQ(ActionName(Action::kPassthrough), "passthrough");
 }
 
 }  // namespace

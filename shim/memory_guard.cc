@@ -1,0 +1,48 @@
+// memory_guard: invalidation before memory leaves the process (see memory_guard.h).
+#include "memory_guard.h"
+
+#include <malloc.h>
+
+#include "collector.h"
+#include "thread_state.h"
+
+namespace lazypin {
+
+void MemoryGuard::Leaving(uintptr_t lo, uintptr_t hi, EvictReason reason) const {
+  if (t_state.inside > 0 || !pool_->MaybeHolds(lo, hi)) return;
+  ScopedInsideLazypin inside;
+  pool_->Invalidate(lo, hi, reason);
+}
+
+bool MemoryGuard::TakeFree(void* block) const {
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(block);
+  const size_t bytes = malloc_usable_size(block);
+  if (!pool_->MaybeHolds(lo, lo + bytes)) return false;
+  if (t_state.inside > 0) {
+    // lazypin's own code is running on this thread (and may hold the pool's
+    // lock), so this free comes from it (never pooled memory) or from a
+    // signal handler that interrupted it: queue it for when lazypin's code
+    // returns, or hand it to the collector without waiting. With neither
+    // (exit, the queue full): a leak, never a stale registration.
+    if (t_state.queued_free_count < ThreadState::kQueuedFrees) {
+      t_state.queued_frees[t_state.queued_free_count++] = block;
+    } else if (collector_ != nullptr) {
+      collector_->TakeFree(block, bytes, /*may_wait=*/false);
+    }
+    return true;
+  }
+  bool pooled;
+  {
+    ScopedInsideLazypin inside;  // a signal handler's free meanwhile must not take the lock
+    pooled = pool_->HoldsDeferred(lo, lo + bytes);
+  }
+  if (!pooled) return false;
+  // The collector unregisters, then frees it, so this thread never calls the
+  // driver here (it may be a signal handler that interrupted the driver) nor
+  // waits for an unregister stalled by a busy GPU.
+  if (collector_ != nullptr && collector_->TakeFree(block, bytes, /*may_wait=*/true)) return true;
+  Leaving(lo, lo + bytes, EvictReason::kFree);  // no collector (exit): here
+  return false;
+}
+
+}  // namespace lazypin

@@ -1,0 +1,45 @@
+// memory_guard: what happens when memory may leave the process while the
+// pool holds registrations (BRIEF.md, hazard 1). The memory hooks
+// (hooks_memory.cc) are each a fast path and one call here; the shim
+// publishes the guard only in defer mode.
+//
+// Contract: every entry point may run in any thread, inside allocators and
+// signal handlers. On a thread that is inside lazypin's own code (which may
+// hold the pool's lock), nothing here takes a lock: frees are queued on the
+// thread or handed to the collector, ranges are left alone.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "pool.h"
+#include "types.h"
+
+namespace lazypin {
+
+class Collector;
+
+class MemoryGuard {
+ public:
+  // `collector` may be null (then pooled blocks are invalidated on the freeing thread).
+  MemoryGuard(Pool* pool, Collector* collector) : pool_(pool), collector_(collector) {}
+
+  // Cheap and lock-free: false means nothing is pooled, and every call below would do nothing.
+  bool Holding() const { return !pool_->Empty(); }
+
+  // [lo, hi) leaves the process now (munmap, mremap, madvise, ...): pooled
+  // registrations overlapping it are really unregistered before this returns.
+  void Leaving(uintptr_t lo, uintptr_t hi, EvictReason reason) const;
+
+  // free(block): true if the guard took the block over (it overlaps pooled
+  // memory; it is freed once that is unregistered, by the collector or when
+  // this thread leaves lazypin's code); false: the caller frees it now.
+  // Async-signal-safe.
+  bool TakeFree(void* block) const;
+
+ private:
+  Pool* const pool_;
+  Collector* const collector_;
+};
+
+}  // namespace lazypin

@@ -1,0 +1,83 @@
+// records: JSON formatting of the log's records (see records.h).
+#include "records.h"
+
+#include "fmt/compile.h"
+#include "fmt/format.h"
+
+namespace lazypin {
+
+std::string JsonString(std::string_view s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) out += fmt::format("\\u{:04x}", c);
+        else out.push_back(static_cast<char>(c));
+    }
+  }
+  out += "\"";
+  return out;
+}
+
+std::string HeaderRecord(const HeaderInfo& h) {
+  std::string argv;
+  for (size_t i = 0; i < h.cmdline.size();) {
+    const size_t end = h.cmdline.find('\0', i);
+    const size_t stop = end == std::string::npos ? h.cmdline.size() : end;
+    argv += (argv.empty() ? "" : ",") + JsonString(h.cmdline.substr(i, stop - i));
+    i = stop + 1;
+  }
+  Config shown = *h.config;
+  shown.log_path = h.log_path;
+  return fmt::format(
+      R"({{"type":"header","format":1,"lazypin":"{}","pid":{},"exe":{},"argv":[{}],"mode":"{}",)"
+      R"("mode_requested":"{}","mode_reason":{},"start_unix_ns":{},"driver_version":{},)"
+      R"("config":{}}})",
+      h.version, h.pid, JsonString(h.exe), argv, ModeName(h.effective), ModeName(h.requested),
+      JsonString(h.why_effective), h.start_unix_ns, h.driver_version, ConfigJson(shown));
+}
+
+std::string CallRecordLine(int64_t t_ns, int tid, const CallRecord& r) {
+  fmt::memory_buffer line;
+  fmt::format_to(std::back_inserter(line),
+                 FMT_COMPILE(R"({{"type":"call","t_ns":{},"tid":{},"api":"{}","via":"{}","ptr":"{}",)"
+                             R"("bytes":{},"flags":{},"result":{},"latency_ns":{},"action":"{}",)"
+                             R"("evicted":{}}})"),
+                 t_ns, tid, ApiName(r.call.api), ViaName(r.call.via), r.call.ptr, r.call.bytes,
+                 r.call.flags, r.result, r.latency_ns, ActionName(r.action), r.evicted);
+  return std::string(line.data(), line.size());
+}
+
+std::string EvictRecordLine(int64_t t_ns, int tid, uintptr_t ptr, size_t bytes, EvictReason reason,
+                            int result, int64_t latency_ns) {
+  return fmt::format(
+      R"({{"type":"evict","t_ns":{},"tid":{},"ptr":"{}","bytes":{},"reason":"{}","result":{},"latency_ns":{}}})",
+      t_ns, tid, reinterpret_cast<void*>(ptr), bytes, EvictReasonName(reason), result, latency_ns);
+}
+
+std::string WarningRecordLine(int64_t t_ns, std::string_view message) {
+  return fmt::format(R"({{"type":"warning","t_ns":{},"message":{}}})", t_ns, JsonString(message));
+}
+
+size_t SignalSummaryLine(char* buf, size_t capacity, int64_t t_ns, const char* ended_by) {
+  size_t len = 0;
+  const auto put = [&](const char* s) {
+    while (*s != '\0' && len < capacity) buf[len++] = *s++;
+  };
+  char digits[24];
+  int n = 0;
+  uint64_t t = t_ns < 0 ? 0 : static_cast<uint64_t>(t_ns);
+  do { digits[n++] = static_cast<char>('0' + t % 10); t /= 10; } while (t > 0 && n < 23);
+  put(R"({"type":"summary","t_ns":)");
+  while (n > 0 && len < capacity) buf[len++] = digits[--n];
+  put(R"(,"ended_by":")");
+  put(ended_by);
+  put(R"("})");
+  return len;
+}
+
+}  // namespace lazypin

@@ -1,0 +1,43 @@
+// records: the log's JSON records (docs/log-format.md), formatted here and
+// nowhere else. Each function returns one line without its newline.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "config.h"
+#include "dispatch.h"
+#include "types.h"
+
+namespace lazypin {
+
+// `s` as a JSON string literal, quotes included.
+std::string JsonString(std::string_view s);
+
+struct HeaderInfo {
+  const char* version;
+  int pid;
+  std::string exe;
+  std::string cmdline;  // /proc/self/cmdline: arguments separated by NULs
+  Mode requested;
+  Mode effective;
+  std::string why_effective;  // why effective differs from requested, else empty
+  int64_t start_unix_ns;
+  int driver_version;  // 0: unknown
+  const Config* config;
+  std::string log_path;  // the file actually written
+};
+std::string HeaderRecord(const HeaderInfo& info);
+
+std::string CallRecordLine(int64_t t_ns, int tid, const CallRecord& record);
+std::string EvictRecordLine(int64_t t_ns, int tid, uintptr_t ptr, size_t bytes, EvictReason reason,
+                            int result, int64_t latency_ns);
+std::string WarningRecordLine(int64_t t_ns, std::string_view message);
+
+// The summary a signal leaves ({"type":"summary","t_ns":N,"ended_by":"SIGTERM"}),
+// written into `buf` without allocating: async-signal-safe. Returns its length.
+size_t SignalSummaryLine(char* buf, size_t capacity, int64_t t_ns, const char* ended_by);
+
+}  // namespace lazypin

@@ -1,0 +1,31 @@
+// state: what lazypin does in this process, as one immutable snapshot behind
+// one atomic pointer. shim.cc publishes it once set up and swaps it in a
+// fork's child, on a fatal signal and at exit; the hooks only read it.
+#pragma once
+
+#include "config.h"
+
+namespace lazypin {
+
+class Dispatch;
+class MemoryGuard;
+
+struct ShimState {
+  Mode requested;           // what LAZYPIN_MODE asked for
+  Mode effective;           // what lazypin does now
+  const char* why;          // why `effective` differs from `requested` ("" if it does not)
+  Dispatch* dispatch;       // null: every hook passes straight through
+  const MemoryGuard* guard; // non-null only while deferring: the memory hooks' sink
+};
+
+// The published state (null before set-up or when lazypin is off). A
+// builtin, not std::atomic: a sanitizer's runtime reaches the free hook
+// before its shadow memory exists (see shim/CMakeLists.txt).
+extern const ShimState* g_state;
+inline const ShimState* PublishedState() { return __atomic_load_n(&g_state, __ATOMIC_ACQUIRE); }
+
+// The state, setting lazypin up on the first call (register/unregister hooks):
+// the program's first CUDA registration call is where lazypin starts.
+const ShimState* ActiveState();
+
+}  // namespace lazypin
