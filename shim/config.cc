@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "fmt/format.h"
+#include "log.h"  // ShortHostName
 
 namespace lazypin {
 namespace {
@@ -108,10 +109,20 @@ std::optional<uint64_t> ParseSize(std::string_view text, uint64_t physical_ram) 
 
 std::string ExpandLogPath(std::string_view pattern, int pid) {
   std::string out;
+  std::string host;  // looked up at the first %h
   for (size_t i = 0; i < pattern.size(); ++i) {
     if (pattern[i] == '%' && i + 1 < pattern.size()) {
-      if (pattern[i + 1] == 'p') { out += std::to_string(pid); ++i; continue; }
-      if (pattern[i + 1] == '%') { out.push_back('%'); ++i; continue; }
+      const char what = pattern[i + 1];
+      if (what == 'p' || what == 'h' || what == '%') {
+        if (what == 'p') out += std::to_string(pid);
+        if (what == 'h') {
+          if (host.empty()) host = ShortHostName();
+          out += host;
+        }
+        if (what == '%') out.push_back('%');
+        ++i;
+        continue;
+      }
     }
     out.push_back(pattern[i]);
   }

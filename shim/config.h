@@ -45,7 +45,8 @@ std::optional<int64_t> ParseCount(std::string_view text, int64_t max);
 std::optional<bool> ParseBool(std::string_view text);
 std::optional<Mode> ParseMode(std::string_view text);
 
-// Expands %p in a log path to the pid (%% to a literal %).
+// Expands a log path pattern: %p to `pid`, %h to ShortHostName() (log.h),
+// %% to a literal %; any other %, and a trailing one, stay as they are.
 std::string ExpandLogPath(std::string_view pattern, int pid);
 
 }  // namespace lazypin
