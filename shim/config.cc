@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "fmt/format.h"
+#include "json.h"
 
 namespace lazypin {
 namespace {
@@ -103,32 +104,10 @@ std::optional<uint64_t> ParseSize(std::string_view text, uint64_t physical_ram) 
   return *number << shift;
 }
 
-std::string ExpandLogPath(std::string_view pattern, int pid) {
-  std::string out;
-  for (size_t i = 0; i < pattern.size(); ++i) {
-    if (pattern[i] == '%' && i + 1 < pattern.size()) {
-      if (pattern[i + 1] == 'p') { out += std::to_string(pid); ++i; continue; }
-      if (pattern[i + 1] == '%') { out.push_back('%'); ++i; continue; }
-    }
-    out.push_back(pattern[i]);
-  }
-  return out;
-}
 
 namespace {
 
 std::string JsonBool(bool b) { return b ? "true" : "false"; }
-
-// The path as a JSON string (the log header's copy of the variable).
-std::string JsonPath(const std::string& s) {
-  std::string out = "\"";
-  for (const unsigned char c : s) {
-    if (c == '"' || c == '\\') out += fmt::format("\\{}", static_cast<char>(c));
-    else if (c < 0x20) out += fmt::format("\\u{:04x}", c);
-    else out.push_back(static_cast<char>(c));
-  }
-  return out + "\"";
-}
 
 // Stores `value` in `*field` if there is one.
 template <typename Field, typename T>
@@ -149,14 +128,15 @@ const Option kOptions[] = {
      "unregistered memory registered in the pool",
      [](std::string_view t, uint64_t, Config* c) { return Store(ParseMode(t), &c->mode); },
      [](const Config& c) { return fmt::format("\"{}\"", ModeName(c.mode)); }},
-    {"LAZYPIN_LOG", "log", "", "lazypin-<program>-<pid>.jsonl",
-     "a file path (%p becomes the pid)", "where the log goes",
+    {"LAZYPIN_LOG", "log", "", "lazypin-<program>-<host>-<pid>.jsonl",
+     "a file path (%p becomes the pid, %h the host)",
+     "where the log goes; never an existing file: a taken name gets a .1, .2, ... suffix",
      [](std::string_view t, uint64_t, Config* c) {
        if (t.empty()) return false;
        c->log_path = std::string(t);
        return true;
      },
-     [](const Config& c) { return JsonPath(c.log_path); }},
+     [](const Config& c) { return JsonString(c.log_path); }},
     {"LAZYPIN_SUMMARY", "summary", "1", "1", "0 or 1", "1: a summary on stderr at exit",
      [](std::string_view t, uint64_t, Config* c) { return Store(ParseBool(t), &c->summary); },
      [](const Config& c) { return JsonBool(c.summary); }},

@@ -19,7 +19,7 @@ const char* ModeName(Mode mode);
 // Every field's default is its option row's default text (kOptions), parsed.
 struct Config {
   Mode mode = Mode::kOff;
-  std::string log_path;           // empty: lazypin-<prog>-<pid>.jsonl in the cwd
+  std::string log_path;           // empty: DefaultLogPattern (log.h) in the cwd
   bool summary = false;           // summary on stderr at exit
   uint64_t pool_bytes = 0;        // bound on pooled bytes
   uint64_t pool_entries = 0;      // bound on pooled registrations
@@ -77,7 +77,5 @@ std::optional<int64_t> ParseCount(std::string_view text, int64_t max);
 std::optional<bool> ParseBool(std::string_view text);
 std::optional<Mode> ParseMode(std::string_view text);
 
-// Expands %p in a log path to the pid (%% to a literal %).
-std::string ExpandLogPath(std::string_view pattern, int pid);
 
 }  // namespace lazypin

@@ -5,21 +5,40 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <cstring>
 #include <chrono>
+#include <cstring>
 #include <mutex>
 
-
 #include "fmt/format.h"
+#include "json.h"
 #include "spdlog/async.h"
 #include "spdlog/async_logger.h"
 #include "spdlog/details/null_mutex.h"
 #include "spdlog/sinks/base_sink.h"
 #include "thread_state.h"
+
+#if __has_include(<linux/openat2.h>)
+#include <linux/openat2.h>
+#else
+struct open_how {
+  uint64_t flags;
+  uint64_t mode;
+  uint64_t resolve;
+};
+#define RESOLVE_NO_SYMLINKS 0x04
+#endif
+#ifndef SYS_openat2
+#define SYS_openat2 437  // the same number on every architecture
+#endif
 
 namespace lazypin {
 namespace {
@@ -72,30 +91,210 @@ class FdSink final : public spdlog::sinks::base_sink<spdlog::details::null_mutex
   std::string line_;
 };
 
-std::unique_ptr<Log> Log::Open(const std::string& path, std::string* error) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0 && errno == EEXIST) {
-    // Reuse an existing file only if it is a plain file of ours, and not a link.
-    fd = ::open(path.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+std::string LogNamePart(std::string_view text) {
+  if (text.empty()) return "unknown";
+  std::string out(text);
+  for (char& c : out) {
+    const bool keep = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                      c == '.' || c == '_' || c == '-';
+    if (!keep) c = '_';
+  }
+  return out;
+}
+
+std::string ShortHostName() {
+  struct utsname names;
+  if (uname(&names) != 0) return LogNamePart({});
+  const std::string_view node(names.nodename);
+  return LogNamePart(node.substr(0, node.find('.')));
+}
+
+std::string DefaultLogPattern(std::string_view program) {
+  return "lazypin-" + LogNamePart(program) + "-%h-%p.jsonl";
+}
+
+namespace {
+
+// A path as shown in a message: a JSON string of at most its first 80 bytes.
+std::string Shown(std::string_view path) {
+  constexpr size_t kMax = 80;
+  if (path.size() <= kMax) return JsonString(path);
+  std::string out = JsonString(path.substr(0, kMax));
+  out.insert(out.size() - 1, "...");
+  return out;
+}
+
+const char* FileKind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "not a plain file";
+}
+
+constexpr const char* kAccepts =
+    "LAZYPIN_LOG accepts the path of a new file in a writable directory, without symbolic links";
+
+// The message for a path refused because `link` (a prefix of it) is a link,
+// with the same path without links as a suggestion where there is one.
+std::string LinkMessage(std::string_view path, std::string_view link, std::string_view dir,
+                        std::string_view name) {
+  std::string suggestion;
+  char resolved[PATH_MAX];
+  if (realpath(std::string(dir).c_str(), resolved) != nullptr) {
+    std::string candidate = std::string(resolved) + (resolved[1] == '\0' ? "" : "/") + std::string(name);
     struct stat st;
-    if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid())) {
-      ::close(fd);
-      *error = fmt::format("lazypin: LAZYPIN_LOG={} is not a regular file owned by this user; "
-                           "not writing a log file", path);
-      return nullptr;
-    }
-    if (fd >= 0 && ftruncate(fd, 0) != 0) {
-      ::close(fd);
-      fd = -1;
+    if (lstat(candidate.c_str(), &st) != 0 || S_ISREG(st.st_mode)) {
+      suggestion = fmt::format(", such as {}", Shown(candidate));
     }
   }
+  return fmt::format("lazypin: LAZYPIN_LOG={} goes through a symbolic link ({}); lazypin follows "
+                     "no link in a log path, so is not writing a log file ({}{})",
+                     Shown(path), Shown(link), kAccepts, suggestion);
+}
+
+// openat2(2) of a directory, no link followed (magic links included); -1
+// with errno ENOSYS on kernels before 5.6.
+long OpenAt2NoSymlinks(const char* dir) {
+  struct open_how how;
+  memset(&how, 0, sizeof(how));
+  how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
+  how.resolve = RESOLVE_NO_SYMLINKS;
+  return syscall(SYS_openat2, AT_FDCWD, dir, &how, sizeof(how));
+}
+
+// The directory part of `path` ("" for the current directory) as an O_PATH
+// descriptor (AT_FDCWD for ""), every component checked not to be a link; or
+// -1 and `*message` set.
+int OpenDirectory(const std::string& path, std::string_view dir, std::string_view name,
+                  LogPathResolver resolver, std::string* message) {
+  if (dir.empty()) return AT_FDCWD;
+  if (resolver == LogPathResolver::kAuto) {
+    const long fd = OpenAt2NoSymlinks(std::string(dir).c_str());
+    if (fd >= 0) return static_cast<int>(fd);
+    // Any failure (no openat2, seccomp's EPERM, a link, a missing directory):
+    // the walk gives the answer and names the component at fault.
+  }
+  int cur = AT_FDCWD;
+  size_t pos = 0;
+  if (dir[0] == '/') {
+    cur = ::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (cur < 0) {
+      *message = fmt::format("lazypin: LAZYPIN_LOG={}: cannot open /: {}; not writing a log file",
+                             Shown(path), strerror(errno));
+      return -1;
+    }
+  }
+  while (pos < dir.size()) {
+    size_t stop = dir.find('/', pos);
+    if (stop == std::string_view::npos) stop = dir.size();
+    const std::string component(dir.substr(pos, stop - pos));
+    pos = stop + 1;
+    if (component.empty() || component == ".") continue;
+    const int next = ::openat(cur, component.c_str(), O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
+    const int err = errno;
+    if (next < 0) {
+      struct stat st;
+      const std::string_view prefix = dir.substr(0, stop);
+      if ((err == ENOTDIR || err == ELOOP) &&
+          fstatat(cur, component.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) {
+        *message = LinkMessage(path, prefix, dir, name);
+      } else {
+        *message = fmt::format("lazypin: LAZYPIN_LOG={}: cannot use directory {}: {}; not "
+                               "writing a log file ({})",
+                               Shown(path), Shown(prefix), strerror(err), kAccepts);
+      }
+      if (cur != AT_FDCWD) ::close(cur);
+      return -1;
+    }
+    if (cur != AT_FDCWD) ::close(cur);
+    cur = next;
+  }
+  return cur;
+}
+
+// `name` with ".<n>" before its extension ("same.jsonl" -> "same.1.jsonl"),
+// or after it when it has none ("log" -> "log.1", ".log" -> ".log.1").
+std::string Suffixed(std::string_view name, int n) {
+  const size_t dot = name.rfind('.');
+  if (dot == std::string_view::npos || dot == 0) return fmt::format("{}.{}", name, n);
+  return fmt::format("{}.{}{}", name.substr(0, dot), n, name.substr(dot));
+}
+
+}  // namespace
+
+CreatedLogFile CreateLogFile(const std::string& path, LogPathResolver resolver) {
+  CreatedLogFile out;
+  const size_t slash = path.rfind('/');
+  const std::string_view dir =
+      slash == std::string::npos ? std::string_view() : std::string_view(path).substr(0, slash == 0 ? 1 : slash);
+  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  if (name.empty() || name == "." || name == "..") {
+    out.message = fmt::format("lazypin: LAZYPIN_LOG={} names a directory, not a file; not writing "
+                              "a log file ({})", Shown(path), kAccepts);
+    return out;
+  }
+  const int dirfd = OpenDirectory(path, dir, name, resolver, &out.message);
+  if (dirfd == -1) return out;
+  constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
+  constexpr int kMaxSuffix = 1000;
+  std::string used = name;
+  int fd = ::openat(dirfd, used.c_str(), kFlags, 0600);
+  int err = errno;
+  if (fd < 0 && err == EEXIST) {
+    struct stat st;
+    if (fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode)) {
+      out.message =
+          S_ISLNK(st.st_mode)
+              ? LinkMessage(path, path, dir.empty() ? "." : dir, name)
+              : fmt::format("lazypin: LAZYPIN_LOG={} is {}, not a regular file; not writing a "
+                            "log file ({})", Shown(path), FileKind(st.st_mode), kAccepts);
+      if (dirfd != AT_FDCWD) ::close(dirfd);
+      return out;
+    }
+    // A regular file (another process's log, or the user's): never touched.
+    for (int n = 1; fd < 0 && err == EEXIST && n <= kMaxSuffix; ++n) {
+      used = Suffixed(name, n);
+      fd = ::openat(dirfd, used.c_str(), kFlags, 0600);
+      err = errno;
+    }
+  }
+  if (dirfd != AT_FDCWD) ::close(dirfd);
+  const std::string used_path = path.substr(0, slash == std::string::npos ? 0 : slash + 1) + used;
   if (fd < 0) {
-    *error = fmt::format("lazypin: cannot open log file {}: {}{}; not writing a log file "
-                         "(LAZYPIN_LOG accepts a writable path)", path, strerror(errno),
-                         errno == ELOOP ? " (it is a symbolic link)" : "");
+    out.message = fmt::format("lazypin: LAZYPIN_LOG={}: cannot create {}: {}; not writing a log "
+                              "file ({})", Shown(path), used == name ? "the file" : Shown(used_path),
+                              strerror(err), kAccepts);
+    return out;
+  }
+  struct stat st;
+  const int flags = fcntl(fd, F_GETFL);
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || flags < 0 ||
+      fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    ::close(fd);  // cannot happen for a file this call created; refused all the same
+    out.message = fmt::format("lazypin: LAZYPIN_LOG={} did not give a regular file; not writing "
+                              "a log file", Shown(used_path));
+    return out;
+  }
+  out.fd = fd;
+  out.path = used_path;
+  if (used != name) {
+    out.message = fmt::format("lazypin: LAZYPIN_LOG={} exists (lazypin never overwrites a file); "
+                              "this process logs to {}", Shown(path), Shown(used_path));
+  }
+  return out;
+}
+
+std::unique_ptr<Log> Log::Open(const std::string& path, std::string* error) {
+  CreatedLogFile file = CreateLogFile(path);
+  if (file.fd < 0) {
+    *error = std::move(file.message);
     return nullptr;
   }
-  return std::unique_ptr<Log>(new Log(fd, path));
+  if (!file.message.empty()) fprintf(stderr, "%s\n", file.message.c_str());
+  return std::unique_ptr<Log>(new Log(file.fd, std::move(file.path)));
 }
 
 Log::Log(int fd, std::string path) : fd_(fd), path_(std::move(path)) {
@@ -200,6 +399,28 @@ void Log::WriteDirect(std::string_view line) {
 std::string Log::failure() const {
   const int e = failed_errno_.load(std::memory_order_relaxed);
   return e == 0 ? std::string() : std::string(strerror(e));
+}
+
+std::string ExpandLogPath(std::string_view pattern, int pid) {
+  std::string out;
+  std::string host;  // looked up at the first %h
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '%' && i + 1 < pattern.size()) {
+      const char what = pattern[i + 1];
+      if (what == 'p' || what == 'h' || what == '%') {
+        if (what == 'p') out += std::to_string(pid);
+        if (what == 'h') {
+          if (host.empty()) host = ShortHostName();
+          out += host;
+        }
+        if (what == '%') out.push_back('%');
+        ++i;
+        continue;
+      }
+    }
+    out.push_back(pattern[i]);
+  }
+  return out;
 }
 
 }  // namespace lazypin

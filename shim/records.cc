@@ -3,25 +3,9 @@
 
 #include "fmt/compile.h"
 #include "fmt/format.h"
+#include "json.h"
 
 namespace lazypin {
-
-std::string JsonString(std::string_view s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) out += fmt::format("\\u{:04x}", c);
-        else out.push_back(static_cast<char>(c));
-    }
-  }
-  out += "\"";
-  return out;
-}
 
 std::string HeaderRecord(const HeaderInfo& h) {
   std::string argv;

@@ -13,9 +13,6 @@
 
 namespace lazypin {
 
-// `s` as a JSON string literal, quotes included.
-std::string JsonString(std::string_view s);
-
 struct HeaderInfo {
   const char* version;
   int pid;

@@ -148,7 +148,7 @@ void Shim::Init() {
   }
 
   const std::string pattern = config_.log_path.empty()
-                                  ? fmt::format("lazypin-{}-%p.jsonl", program_invocation_short_name)
+                                  ? DefaultLogPattern(program_invocation_short_name)
                                   : config_.log_path;
   std::string error;
   log_ = Log::Open(ExpandLogPath(pattern, getpid()), &error);

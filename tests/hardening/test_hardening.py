@@ -408,6 +408,215 @@ class HostileConfig(Base):
             subprocess.run(["umount", mnt], capture_output=True)
 
 
+# --------------------------------------------------------------------- (g) --
+class LogPath(Base):
+    """The log file (issues 15 and 17): no open that blocks, no link followed in
+    any component, no existing file ever opened (a taken name gets a suffixed
+    log), and valid UTF-8 whatever bytes argv holds. Each case in log and
+    defer mode; the program's output and exit status are as without lazypin."""
+    APP = "path_runtime_shared"
+    MODES = ("log", "defer")
+
+    def setUp(self):
+        super().setUp()
+        self.bare = self.launch(shim=False)
+        self.assertEqual(self.bare.returncode, 0, self.bare.stderr[-2000:])
+
+    def launch(self, shim=True, argv=None, pass_fds=(), timeout=10, **extra):
+        try:
+            return subprocess.run(argv or [tapp(self.APP)], env=self.env(shim, **extra),
+                                  cwd=self.dir, capture_output=True, timeout=timeout,
+                                  pass_fds=pass_fds)
+        except subprocess.TimeoutExpired:
+            self.fail("hung (%s s): %s" % (timeout, extra))
+
+    @staticmethod
+    def lazypin_lines(proc):
+        return [l for l in proc.stderr.decode("utf-8", "replace").splitlines()
+                if l.startswith("lazypin")]
+
+    def assertRuns(self, proc):
+        self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+        self.assertEqual(proc.stdout, self.bare.stdout)
+        self.assertEqual(sanitizer_env.reports(proc.stderr.decode("utf-8", "replace")), [])
+
+    def assertCompleteLog(self, path, pid=None):
+        with open(path, "rb") as f:
+            records = [json.loads(l.decode("utf-8", "strict")) for l in f if l.strip()]
+        self.assertEqual(records[0]["type"], "header", path)
+        self.assertEqual(records[-1]["type"], "summary", path)
+        self.assertEqual(records[0]["config"]["log"], path)
+        if pid is not None:
+            self.assertEqual(records[0]["pid"], pid)
+        return records
+
+    def refused(self, path, why, **run):
+        """Runs the app with LAZYPIN_LOG=path in each mode: it runs as bare, with
+        exactly one lazypin line, which names the variable and `why`."""
+        before = sorted(os.listdir(self.dir))
+        for mode in self.MODES:
+            proc = self.launch(LAZYPIN_MODE=mode, LAZYPIN_LOG=path, **run)
+            self.assertRuns(proc)
+            lines = self.lazypin_lines(proc)
+            self.assertEqual(len(lines), 1, (mode, lines))
+            self.assertIn("LAZYPIN_LOG=", lines[0])
+            self.assertIn(why, lines[0])
+            self.assertIn("not writing a log file", lines[0])
+            self.assertLess(len(lines[0]), 400)
+            self.assertEqual(sorted(os.listdir(self.dir)), before, "no file was created")
+        figure("LAZYPIN_LOG=%s: %s" % (path.replace(self.dir, "$TMP"),
+                                       lines[0].replace(self.dir, "$TMP")[:200]))
+
+    def test_fifo_is_refused_and_never_blocks(self):
+        fifo = os.path.join(self.dir, "lp.fifo")
+        os.mkfifo(fifo)
+        self.refused(fifo, "is a FIFO, not a regular file")
+
+    def test_socket_is_refused(self):
+        import socket
+        path = os.path.join(self.dir, "lp.sock")
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind(path)
+        s.listen(1)
+        try:
+            self.refused(path, "is a socket, not a regular file")
+        finally:
+            s.close()
+
+    def test_dev_null_is_refused(self):
+        self.refused("/dev/null", "is a character device, not a regular file")
+
+    def test_directory_is_refused(self):
+        os.mkdir(os.path.join(self.dir, "d"))
+        self.refused(os.path.join(self.dir, "d"), "is a directory, not a regular file")
+        self.refused(os.path.join(self.dir, "d") + "/", "names a directory")
+
+    def write_victim(self, path):
+        with open(path, "w") as f:
+            f.write("root:x:0:0:root:/root:/bin/sh\n")
+        return os.stat(path)
+
+    def assertUntouched(self, path, st):
+        with open(path) as f:
+            self.assertEqual(f.read(), "root:x:0:0:root:/root:/bin/sh\n")
+        now = os.stat(path)
+        self.assertEqual((now.st_size, now.st_mtime_ns, now.st_mode), (st.st_size, st.st_mtime_ns, st.st_mode))
+
+    def test_symlink_in_the_last_component(self):
+        victim = os.path.join(self.dir, "passwd")
+        st = self.write_victim(victim)
+        os.symlink(victim, os.path.join(self.dir, "lp.jsonl"))
+        self.refused(os.path.join(self.dir, "lp.jsonl"), "symbolic link")
+        self.assertUntouched(victim, st)
+
+    def test_symlink_in_a_middle_component(self):
+        # dir/link -> other, which holds a file of the log's name.
+        other = os.path.join(self.dir, "other")
+        os.mkdir(other)
+        st = self.write_victim(os.path.join(other, "passwd"))
+        os.mkdir(os.path.join(self.dir, "dir"))
+        os.symlink(other, os.path.join(self.dir, "dir", "link"))
+        self.refused(os.path.join(self.dir, "dir", "link", "passwd"),
+                     'goes through a symbolic link ("%s")' % os.path.join(self.dir, "dir", "link"))
+        self.assertUntouched(os.path.join(other, "passwd"), st)
+        self.refused(os.path.join(self.dir, "dir", "link", "new.jsonl"), "symbolic link")
+        self.assertEqual(os.listdir(other), ["passwd"])
+
+    def test_proc_self_fd_magic_links(self):
+        victim = os.path.join(self.dir, "passwd")
+        st = self.write_victim(victim)
+        fd = os.open(victim, os.O_RDWR)
+        dfd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            self.refused("/proc/self/fd/%d" % fd, "symbolic link", pass_fds=(fd, dfd))
+            self.refused("/proc/self/fd/%d/passwd" % dfd, "symbolic link", pass_fds=(fd, dfd))
+            self.refused("/proc/self/fd/%d/new.jsonl" % dfd, "symbolic link", pass_fds=(fd, dfd))
+        finally:
+            os.close(fd)
+            os.close(dfd)
+        self.assertUntouched(victim, st)
+
+    def taken_name(self, setup):
+        """A name already taken by a regular file: the log goes to a suffixed
+        name (one line says which), and the file is unchanged."""
+        path = os.path.join(self.dir, "lp.jsonl")
+        for mode in self.MODES:
+            for old in glob.glob(os.path.join(self.dir, "*")):
+                os.unlink(old)
+            victim, st = setup(path)
+            proc = self.launch(LAZYPIN_MODE=mode, LAZYPIN_LOG=path)
+            self.assertRuns(proc)
+            lines = self.lazypin_lines(proc)
+            used = os.path.join(self.dir, "lp.1.jsonl")
+            self.assertEqual(lines, ['lazypin: LAZYPIN_LOG="%s" exists (lazypin never overwrites a '
+                                     'file); this process logs to "%s"' % (path, used)])
+            self.assertUntouched(victim, st)
+            records = self.assertCompleteLog(used)
+            self.assertEqual(records[0]["mode"], mode)
+            self.assertEqual(os.stat(used).st_mode & 0o777, 0o600)
+        figure("taken log name: " + lines[0].replace(self.dir, "$TMP"))
+
+    def test_existing_log_of_the_same_name(self):
+        self.taken_name(lambda path: (path, self.write_victim(path)))
+
+    def test_hard_link_to_a_user_file(self):
+        def setup(path):
+            victim = os.path.join(self.dir, "passwd")
+            st = self.write_victim(victim)
+            os.link(victim, path)
+            return victim, os.stat(victim)
+        self.taken_name(setup)
+
+    def test_three_processes_one_fixed_name(self):
+        # Issue 17, "Every process kept": each process keeps its own complete log.
+        path = os.path.join(self.dir, "same.jsonl")
+        for mode in self.MODES:
+            for old in glob.glob(os.path.join(self.dir, "same*")):
+                os.unlink(old)
+            env = self.env(LAZYPIN_MODE=mode, LAZYPIN_LOG=path)
+            procs = [subprocess.Popen([tapp(self.APP)], env=env, cwd=self.dir,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                     for _ in range(3)]
+            outs = [p.communicate(timeout=60) for p in procs]
+            for p, (out, err) in zip(procs, outs):
+                self.assertEqual(p.returncode, 0, err[-2000:])
+                self.assertEqual(out, self.bare.stdout)
+            logs = sorted(glob.glob(os.path.join(self.dir, "same*.jsonl")))
+            self.assertEqual(logs, [os.path.join(self.dir, n)
+                                    for n in ("same.1.jsonl", "same.2.jsonl", "same.jsonl")])
+            pids = {self.assertCompleteLog(log)[0]["pid"] for log in logs}
+            self.assertEqual(pids, {p.pid for p in procs})
+            moved = [l for _, err in outs for l in err.decode().splitlines() if "logs to" in l]
+            self.assertEqual(len(moved), 2, moved)
+            report = subprocess.run([sys.executable, os.path.join(os.environ["SOURCE_DIR"], "scripts",
+                                                                  "lazypin"), "report", "--json"] + logs,
+                                    capture_output=True, text=True, timeout=60)
+            self.assertEqual(report.returncode, 0, report.stderr[-2000:])
+            self.assertEqual(sorted(p["pid"] for p in json.loads(report.stdout)["processes"]),
+                             sorted(pids))
+        figure("three processes, LAZYPIN_LOG=same.jsonl: logs %s" % ", ".join(
+            os.path.basename(l) for l in logs))
+
+    def test_invalid_utf8_argv_is_valid_json(self):
+        args = [b"\xff\xfe", b"cut\xe2\x82", b"caf\xc3\xa9", b"sur\xed\xa0\x80", b"q\"\\\n"]
+        path = os.path.join(self.dir, "utf8.jsonl")
+        for mode in self.MODES:
+            if os.path.exists(path):
+                os.unlink(path)
+            proc = self.launch(argv=[tapp(self.APP).encode()] + args, LAZYPIN_MODE=mode,
+                               LAZYPIN_LOG=path)
+            self.assertRuns(proc)
+            header = self.assertCompleteLog(path, pid=None)[0]
+            self.assertEqual(header["argv"][1:], [a.decode("utf-8", "replace") for a in args])
+            report = subprocess.run([sys.executable, os.path.join(os.environ["SOURCE_DIR"], "scripts",
+                                                                  "lazypin"), "report", "--json", path],
+                                    capture_output=True, timeout=60)
+            self.assertEqual(report.returncode, 0, report.stderr[-2000:])
+            doc = json.loads(report.stdout.decode("utf-8", "strict"))
+            self.assertIn([a.decode("utf-8", "replace") for a in args],
+                          [p["argv"][1:] for p in doc["processes"]], json.dumps(doc)[:2000])
+
+
 # --------------------------------------------------------------------- (f) --
 class Exhaustion(Base):
     """The simulated driver has no pinned-memory limit, and RLIMIT_MEMLOCK does

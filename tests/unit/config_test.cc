@@ -1,6 +1,8 @@
 // Tests of the LAZYPIN_* parsing (shim/config.h), through an injected getenv.
 #include "config.h"
 
+#include <stdio.h>
+
 #include <map>
 #include <string>
 
@@ -201,16 +203,59 @@ TEST(ConfigTest, SingleValueParsers) {
   EXPECT_EQ(*ParseSize("33%", 1000), 330u);
 }
 
-TEST(ConfigTest, ExpandLogPath) {
-  EXPECT_EQ(ExpandLogPath("lazypin-%p.jsonl", 4242), "lazypin-4242.jsonl");
-  EXPECT_EQ(ExpandLogPath("%p/%p", 7), "7/7");
-  EXPECT_EQ(ExpandLogPath("100%%-%p", 7), "100%-7");
-  EXPECT_EQ(ExpandLogPath("%%p", 7), "%p");
-  EXPECT_EQ(ExpandLogPath("%%%p", 7), "%7");
-  EXPECT_EQ(ExpandLogPath("a%", 7), "a%") << "a trailing % stays";
-  EXPECT_EQ(ExpandLogPath("%x", 7), "%x") << "unknown escapes stay";
-  EXPECT_EQ(ExpandLogPath("plain.jsonl", 7), "plain.jsonl");
-  EXPECT_EQ(ExpandLogPath("", 7), "");
+TEST(ConfigTest, UnknownLazypinVariablesGetOneWarningNamingTheClosest) {
+  const char* const environ[] = {"LAZYPIN_POOL_BYTE=8G", "LAZYPIN_MOD=defer", "LAZYPIN_LIB=/x.so",
+                                 "PATH=/bin", "LAZYPIN_MODE=log", nullptr};
+  const ParsedConfig p = ParseConfig([](const char*) -> const char* { return nullptr; }, kRam,
+                                     environ);
+  ASSERT_EQ(p.errors.size(), 2u);
+  EXPECT_NE(p.errors[0].find("LAZYPIN_POOL_BYTE is not a lazypin variable"), std::string::npos)
+      << p.errors[0];
+  EXPECT_NE(p.errors[0].find("did you mean LAZYPIN_POOL_BYTES?"), std::string::npos) << p.errors[0];
+  EXPECT_NE(p.errors[1].find("did you mean LAZYPIN_MODE?"), std::string::npos) << p.errors[1];
+}
+
+TEST(ConfigTest, TheHeaderConfigHasOneKeyPerOption) {
+  Config c = Parse({{"LAZYPIN_MODE", "defer"}, {"LAZYPIN_LOG", "a\"b.jsonl"}}).config;
+  const std::string json = ConfigJson(c);
+  EXPECT_EQ(json,
+            R"({"mode":"defer","log":"a\"b.jsonl","summary":true,"pool_bytes":4294967296,)"
+            R"("pool_entries":65536,"idle_ms":10000,"check_pfn":false,"release_at_exit":false})");
+}
+
+std::string ReadSource(const char* relative) {
+  const std::string path = std::string(LAZYPIN_SOURCE_DIR) + "/" + relative;
+  FILE* f = fopen(path.c_str(), "r");
+  EXPECT_NE(f, nullptr) << path;
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while (f != nullptr && (n = fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  if (f != nullptr) fclose(f);
+  return text;
+}
+
+TEST(ConfigTest, TheReadmeTableIsTheOptionTable) {
+  const std::string readme = ReadSource("README.md");
+  const std::string table = OptionsMarkdown();
+  EXPECT_NE(readme.find(table), std::string::npos)
+      << "README.md must hold the option table exactly as OptionsMarkdown() writes it:\n" << table;
+}
+
+TEST(ConfigTest, TheRunnerNamesEveryOptionAndNoOther) {
+  const std::string runner = ReadSource("scripts/lazypin");
+  for (size_t i = 0; i < kOptionCount; ++i) {
+    EXPECT_NE(runner.find(kOptions[i].name), std::string::npos)
+        << "scripts/lazypin run --help does not mention " << kOptions[i].name;
+  }
+  for (size_t at = runner.find("[LAZYPIN_"); at != std::string::npos;
+       at = runner.find("[LAZYPIN_", at + 1)) {
+    const size_t end = runner.find_first_of("=]", at);
+    const std::string name = runner.substr(at + 1, end - at - 1);
+    bool known = false;
+    for (size_t i = 0; i < kOptionCount; ++i) known = known || name == kOptions[i].name;
+    EXPECT_TRUE(known) << "scripts/lazypin names " << name << ", which is not an option";
+  }
 }
 
 }  // namespace

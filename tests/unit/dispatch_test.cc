@@ -1,0 +1,237 @@
+// Dispatch (shim/dispatch.h) with no hooks and no CUDA: a fake environment
+// (clock, current context, record sink), the driver model as the driver,
+// and a fake "cudart" that calls the driver level the way the real one does.
+// Checks where each call is decided, that cudart's answer is what the program
+// gets, and that every program call gives exactly one record.
+#include "dispatch.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "driver_model.h"
+#include "gtest/gtest.h"
+#include "pool.h"
+#include "thread_state.h"
+
+namespace lazypin {
+namespace {
+
+const Context kCtx = reinterpret_cast<Context>(0x11);
+constexpr uintptr_t kBuf = 0x100000;
+constexpr size_t kBytes = 1 << 20;
+
+class FakeEnv final : public DispatchEnv {
+ public:
+  int64_t NowNs() override { return now += 10; }
+  Context CurrentContext() override { return ctx; }
+  int CurrentDevice() override { return ctx != nullptr ? 0 : -1; }
+  void Record(const CallRecord& record) override {
+    EXPECT_GT(t_state.inside, 0) << "records are made inside lazypin";
+    records.push_back(record);
+  }
+  int64_t now = 0;
+  Context ctx = kCtx;
+  std::vector<CallRecord> records;
+};
+
+class ModelPoolDriver final : public PoolDriver {
+ public:
+  explicit ModelPoolDriver(model::DriverModel* model) : model_(model) {}
+  int Unregister(uintptr_t ptr, Context) override {
+    ++unregisters;
+    return model_->Unregister(ptr);
+  }
+  bool ReadFrames(uintptr_t, size_t, std::vector<uint64_t>*) override { return false; }
+  int64_t NowNs() override { return 0; }
+  int unregisters = 0;
+
+ private:
+  model::DriverModel* model_;
+};
+
+class NullObserver final : public PoolObserver {
+ public:
+  void OnEvict(uintptr_t, size_t, EvictReason, int, int64_t) override {}
+  void OnWarning(const std::string&) override {}
+};
+
+class DispatchTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    if (GetParam()) pool_ = std::make_unique<Pool>(&pool_driver_, &observer_, PoolLimits{});
+    dispatch_ = std::make_unique<Dispatch>(&env_, pool_.get());
+  }
+  bool Deferring() const { return GetParam(); }
+
+  // The driver level as the program (or cudart) reaches it.
+  int DriverRegister(uintptr_t p, size_t bytes, unsigned flags, Api api = Api::kCuMemHostRegisterV2) {
+    return dispatch_->Driver({api, Via::kGetProc, reinterpret_cast<void*>(p), bytes, flags}, [&] {
+      ++driver_calls_;
+      return model_.Register(p, bytes, flags, env_.ctx);
+    });
+  }
+  int DriverUnregister(uintptr_t p) {
+    return dispatch_->Driver({Api::kCuMemHostUnregister, Via::kGetProc, reinterpret_cast<void*>(p), 0, 0},
+                             [&] {
+                               ++driver_calls_;
+                               return model_.Unregister(p);
+                             });
+  }
+  // cudaHostRegister: a fake cudart that calls the driver `driver_times`
+  // times (0: answers itself with `cudart_code`) and returns `cudart_code`
+  // when set, else the driver's last answer.
+  int RuntimeRegister(uintptr_t p, size_t bytes, int driver_times = 1, int cudart_code = -1) {
+    return dispatch_->Runtime({Api::kCudaHostRegister, Via::kSymbol, reinterpret_cast<void*>(p), bytes, 0},
+                              [&] {
+                                int last = cudart_code;
+                                for (int i = 0; i < driver_times; ++i) last = DriverRegister(p, bytes, 0);
+                                return cudart_code >= 0 ? cudart_code : last;
+                              });
+  }
+  int RuntimeUnregister(uintptr_t p, int driver_times = 1) {
+    return dispatch_->Runtime({Api::kCudaHostUnregister, Via::kSymbol, reinterpret_cast<void*>(p), 0, 0},
+                              [&] {
+                                int last = 0;
+                                for (int i = 0; i < driver_times; ++i) last = DriverUnregister(p);
+                                return last;
+                              });
+  }
+  const CallRecord& Last() const { return env_.records.back(); }
+
+  FakeEnv env_;
+  model::DriverModel model_;
+  ModelPoolDriver pool_driver_{&model_};
+  NullObserver observer_;
+  std::unique_ptr<Pool> pool_;
+  std::unique_ptr<Dispatch> dispatch_;
+  int driver_calls_ = 0;
+};
+
+TEST_P(DispatchTest, RuntimeCallThroughTheDriverIsOneRecordAtTheRuntimeLevel) {
+  ASSERT_EQ(RuntimeRegister(kBuf, kBytes), 0);
+  ASSERT_EQ(env_.records.size(), 1u);
+  EXPECT_EQ(Last().call.api, Api::kCudaHostRegister);
+  EXPECT_EQ(Last().call.via, Via::kSymbol);
+  EXPECT_EQ(Last().action, Deferring() ? Action::kMiss : Action::kForward);
+  EXPECT_EQ(Last().result, 0);
+  EXPECT_EQ(Last().latency_ns, 10 * 1) << "timed by the runtime level only";
+  EXPECT_EQ(driver_calls_, 1);
+  EXPECT_EQ(t_state.runtime_frame, nullptr) << "the frame is closed";
+}
+
+TEST_P(DispatchTest, RuntimeCallReachingTheDriverTwiceIsStillOneRecord) {
+  // The second driver call is refused (712): cudart's answer is the program's.
+  EXPECT_EQ(RuntimeRegister(kBuf, kBytes, /*driver_times=*/2), 712);
+  ASSERT_EQ(env_.records.size(), 1u);
+  EXPECT_EQ(Last().result, 712);
+  EXPECT_EQ(driver_calls_, 2);
+}
+
+TEST_P(DispatchTest, RuntimeCallThatNeverReachesTheDriverRecordsCudartsAnswer) {
+  EXPECT_EQ(RuntimeRegister(kBuf, kBytes, /*driver_times=*/0, /*cudart_code=*/3), 3);
+  ASSERT_EQ(env_.records.size(), 1u);
+  EXPECT_EQ(Last().result, 3);
+  EXPECT_EQ(Last().action, Action::kForward);
+  EXPECT_EQ(driver_calls_, 0);
+}
+
+TEST_P(DispatchTest, CudartsCodeWinsOverTheDriversAnswer) {
+  // cudart maps the driver's 712 to its own code: that is what the program sees.
+  EXPECT_EQ(RuntimeRegister(kBuf, kBytes), 0);
+  EXPECT_EQ(RuntimeRegister(kBuf, kBytes, 1, /*cudart_code=*/712), 712);
+  EXPECT_EQ(Last().result, 712);
+}
+
+TEST_P(DispatchTest, DriverCallsFromTheProgramAreRecordedAtTheDriverLevel) {
+  ASSERT_EQ(DriverRegister(kBuf, kBytes, 0), 0);
+  ASSERT_EQ(DriverUnregister(kBuf), 0);
+  ASSERT_EQ(env_.records.size(), 2u);
+  EXPECT_EQ(env_.records[0].call.api, Api::kCuMemHostRegisterV2);
+  EXPECT_EQ(env_.records[1].call.api, Api::kCuMemHostUnregister);
+  EXPECT_EQ(env_.records[1].action, Deferring() ? Action::kDeferred : Action::kForward);
+  EXPECT_EQ(model_.regs().size(), Deferring() ? 1u : 0u) << "a deferral keeps the driver's registration";
+}
+
+TEST_P(DispatchTest, HitAtTheRuntimeLevelSkipsCudart) {
+  ASSERT_EQ(RuntimeRegister(kBuf, kBytes), 0);
+  ASSERT_EQ(RuntimeUnregister(kBuf), 0);
+  const int before = driver_calls_;
+  ASSERT_EQ(RuntimeRegister(kBuf, kBytes), 0);
+  ASSERT_EQ(env_.records.size(), 3u);
+  if (Deferring()) {
+    EXPECT_EQ(env_.records[1].action, Action::kDeferred);
+    EXPECT_EQ(Last().action, Action::kHit);
+    EXPECT_EQ(driver_calls_, before) << "a hit calls neither cudart nor the driver";
+  } else {
+    EXPECT_EQ(Last().action, Action::kForward);
+    EXPECT_EQ(driver_calls_, before + 1);
+  }
+}
+
+TEST_P(DispatchTest, HitAtTheDriverLevel) {
+  ASSERT_EQ(DriverRegister(kBuf, kBytes, 0), 0);
+  ASSERT_EQ(DriverUnregister(kBuf), 0);
+  ASSERT_EQ(DriverRegister(kBuf, kBytes, 0), 0);
+  EXPECT_EQ(Last().action, Deferring() ? Action::kHit : Action::kForward);
+  EXPECT_EQ(driver_calls_, Deferring() ? 1 : 3);
+}
+
+TEST_P(DispatchTest, NoCurrentContextSendsARuntimeRegisterThroughCudart) {
+  ASSERT_EQ(RuntimeRegister(kBuf, kBytes), 0);
+  ASSERT_EQ(RuntimeUnregister(kBuf), 0);
+  env_.ctx = nullptr;  // cudart will make one current: the pool cannot know which here
+  const int before = driver_calls_;
+  RuntimeRegister(kBuf, kBytes);
+  EXPECT_EQ(Last().action, Deferring() ? Action::kMiss : Action::kForward);
+  EXPECT_EQ(driver_calls_, before + 1);
+}
+
+TEST_P(DispatchTest, ErrorCodesAreTheDriversOnEveryPath) {
+  // 1: null pointer and zero bytes; 712: overlap; 713: not registered; 1: interior pointer.
+  EXPECT_EQ(DriverRegister(0, kBytes, 0), 1);
+  EXPECT_EQ(DriverRegister(kBuf, 0, 0), 1);
+  EXPECT_EQ(RuntimeRegister(0, kBytes), 1);
+  ASSERT_EQ(DriverRegister(kBuf, kBytes, 0), 0);
+  EXPECT_EQ(DriverRegister(kBuf + 4096, 4096, 0), 712);
+  EXPECT_EQ(RuntimeRegister(kBuf, kBytes), 712);
+  EXPECT_EQ(DriverUnregister(kBuf + 8), 1);
+  EXPECT_EQ(DriverUnregister(kBuf + 2 * kBytes), 713);
+  EXPECT_EQ(RuntimeUnregister(kBuf + 2 * kBytes), 713);
+  ASSERT_EQ(DriverUnregister(kBuf), 0);
+  EXPECT_EQ(DriverUnregister(kBuf), 713) << "a second unregister, deferred or not";
+  EXPECT_EQ(RuntimeUnregister(kBuf), 713);
+  EXPECT_EQ(env_.records.size(), 12u) << "one record per program call";
+  for (const CallRecord& r : env_.records) EXPECT_EQ(r.evicted >= 0, true);
+  EXPECT_TRUE(model_.regs().empty());
+}
+
+TEST_P(DispatchTest, EvictionsOnBehalfOfARuntimeCallAreCountedInItsRecord) {
+  if (!Deferring()) GTEST_SKIP() << "nothing is pooled in log mode";
+  ASSERT_EQ(RuntimeRegister(kBuf, kBytes), 0);
+  ASSERT_EQ(RuntimeUnregister(kBuf), 0);
+  // Overlapping, not exact: the pooled one is really unregistered first, then the driver answers.
+  ASSERT_EQ(RuntimeRegister(kBuf, kBytes / 2), 0);
+  EXPECT_EQ(Last().action, Action::kMiss);
+  EXPECT_EQ(Last().evicted, 1);
+  EXPECT_EQ(pool_driver_.unregisters, 1);
+}
+
+TEST_P(DispatchTest, QueriesAndTeardownReleasePooledMemory) {
+  if (!Deferring()) GTEST_SKIP() << "nothing is pooled in log mode";
+  ASSERT_EQ(DriverRegister(kBuf, kBytes, 0), 0);
+  ASSERT_EQ(DriverUnregister(kBuf), 0);
+  dispatch_->BeforeQuery(kBuf + 100);
+  EXPECT_TRUE(model_.regs().empty()) << "a query sees what the program sees: unregistered";
+  ASSERT_EQ(DriverRegister(kBuf, kBytes, 0), 0);
+  ASSERT_EQ(DriverUnregister(kBuf), 0);
+  dispatch_->BeforeContextDestroy(kCtx);
+  EXPECT_TRUE(model_.regs().empty());
+  EXPECT_EQ(env_.records.size(), 4u) << "teardown and queries are not program calls of ours";
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, DispatchTest, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "defer" : "log"; });
+
+}  // namespace
+}  // namespace lazypin
