@@ -598,6 +598,18 @@ class Log:
         on_call = self.on_call
         on_evict = self.on_evict
         loads = json.loads
+        groups = self.groups
+        last_unregister = self.last_unregister
+        # call shapes (api, bytes, action, evicted, reason, stack, result as
+        # written) whose record changes nothing but their group: summed here
+        # without the general path. value: (group, is a deferred unregister)
+        plain = {}
+        slow = self.slowest
+        top = self.top
+        floor = -1 if top else 1 << 62
+        records = 0
+        ncalls = 0
+        last_t = None
         rest = b""
         lineno = 0
         skipped = 0
@@ -627,18 +639,61 @@ class Log:
                 m = call_match(line)
                 if m is not None:
                     content = True
-                    self.records += 1
+                    records += 1
                     t, tid, api, p, nb, res, lat, act, ev, rsn, st = m.groups()
-                    on_call(int(t), int(tid), int(p, 16) if p[:2] == b"0x" else ptr_int(p.decode()),
-                            api.decode(), int(nb), int(res), int(lat), act.decode(), int(ev),
-                            rsn.decode() if rsn is not None else None,
+                    lat = int(lat)
+                    ck = (api, nb, act, ev, rsn, st, res)
+                    hit = plain.get(ck)
+                    if hit is not None:
+                        g, deferred = hit
+                        ncalls += 1
+                        last_t = t
+                        if deferred:
+                            last_unregister[int(p, 16)] = int(t)
+                        g.n += 1
+                        g.total += lat
+                        if lat > g.max:
+                            g.max = lat
+                        if lat < 32:
+                            i = lat if lat > 0 else 0
+                        else:
+                            sh = lat.bit_length() - 6
+                            i = ((sh + 1) << 5) + ((lat >> sh) & 31)
+                        b = g.b
+                        b[i] = b.get(i, 0) + 1
+                        if nb != b"0":
+                            g.bytes += int(nb)
+                        if lat >= floor:
+                            self.offer_slow(lat, int(t), int(tid), "call", api.decode(), int(p, 16),
+                                            int(nb), 0, act.decode())
+                            if len(slow) >= top:
+                                floor = slow[0][0]
+                        continue
+                    ptr = int(p, 16) if p[:2] == b"0x" else ptr_int(p.decode())
+                    action = act.decode()
+                    n0 = len(groups)
+                    on_call(int(t), int(tid), ptr, api.decode(), int(nb), int(res), lat, action,
+                            int(ev), rsn.decode() if rsn is not None else None,
                             int(st) if st is not None else None)
+                    last_t = None
+                    if top and len(slow) >= top:
+                        floor = slow[0][0]
+                    if (res == b"0" and ev == b"0" and p[:2] == b"0x"
+                            and (action == "hit" or action == "deferred"
+                                 or (action == "passthrough" and rsn))):
+                        api_s = api.decode()
+                        reg = "Register" in api_s and "Unregister" not in api_s
+                        key = (api_s, action, size_class(int(nb)) if reg else None, False, False,
+                               False, rsn.decode() if rsn is not None else None,
+                               int(st) if st is not None else None)
+                        plain[ck] = (groups[key], action == "deferred")
                     continue
                 m = evict_match(line)
                 if m is not None:
                     content = True
                     self.records += 1
                     t, tid, p, nb, rsn, res, lat, w, forced, st = m.groups()
+                    last_t = None
                     on_evict(int(t), int(tid), int(p, 16) if p[:2] == b"0x" else ptr_int(p.decode()),
                              int(nb), rsn.decode(), int(res), int(lat), int(w) if w else 0,
                              forced == b"true", int(st) if st is not None else None)
@@ -657,11 +712,16 @@ class Log:
                     pending_bad = lineno
                     continue
                 self.records += 1
+                last_t = None
                 self.on_record(rec, lineno)
             if progress is not None:
                 progress.update(done, self.path)
             if eof:
                 break
+        self.records += records
+        self.calls += ncalls
+        if last_t is not None:
+            self.last_t = int(last_t)
         if pending_bad is not None:
             if ends_with_newline:
                 skipped += 1
@@ -1149,7 +1209,7 @@ def advise(logs, procs, pool):
             % (n, "" if n == 1 else "s", fmt_bytes(biggest), "was" if n == 1 else "were",
                fmt_bytes(limit)),
             "raise the bound to hold them and what was pooled besides",
-            {"LAZYPIN_POOL_BYTES": fmt_size_setting(biggest + peak)}, pids_with("too_big"))
+            {"LAZYPIN_POOL_BYTES": fmt_size_setting(biggest + peak + 1)}, pids_with("too_big"))
 
     lru = sum(g.n for log in logs for k, g in log.egroups.items() if k[0] == "lru")
     reload_ = total("lru_reload")
