@@ -1219,7 +1219,7 @@ def advise(logs, procs, pool):
         bytes_full = any(log.pool_bytes and (process_info(log)["pool_peak_bytes"] or 0)
                          >= 0.9 * log.pool_bytes for log in logs if log.f["lru_reload"])
         distinct = max(len(log.seen) for log in logs)
-        if bytes_full:
+        if bytes_full or (entries_bound and distinct < entries_bound):
             add("lru_bytes",
                 "%d LRU eviction%s; %d of the evicted registrations were registered again "
                 "(a driver register each): the pool was full by bytes"
@@ -1240,12 +1240,14 @@ def advise(logs, procs, pool):
     n = total("idle_reuse")
     if n:
         gap = max(log.f["idle_gap_max_ns"] for log in logs)
+        idle_now = max(as_int(((log.header or {}).get("config") or {}).get("idle_ms"), 0)
+                       for log in logs if log.f["idle_reuse"])
         add("idle",
             "%d registration%s released as idle %s registered again later (the longest "
             "pause between uses: %s)" % (n, "" if n == 1 else "s", "was" if n == 1 else "were",
                                          fmt_ns(gap)),
             "keep pooled memory longer than the program's pauses",
-            {"LAZYPIN_IDLE_MS": str(nice_ms(2 * gap / 1e6))}, pids_with("idle_reuse"))
+            {"LAZYPIN_IDLE_MS": str(max(nice_ms(2 * gap / 1e6), 2 * idle_now))}, pids_with("idle_reuse"))
 
     def reason_calls(reason):
         per = {}
@@ -1530,7 +1532,12 @@ def pool_verdict(pool, mode=None):
     regs = pool["hits"] + pool["misses"]
     saved = pool["saved_ns_est"]
     how = "measured" if pool["saved_ns_source"] == "measured" else "estimated"
-    if saved is None:
+    sv = pool.get("saving") or {}
+    if how == "estimated" and sv.get("hits") and sv.get("hits_unpriced") == sv.get("hits"):
+        saved = None
+        tail = (", saving not estimable from this log alone (no warm driver register to price "
+                "the hits): compare with a log-mode run")
+    elif saved is None:
         tail = ""
     elif saved >= 0:
         tail = ", saved %s (%s)" % (fmt_ns(saved), how)
@@ -1827,6 +1834,11 @@ def run_name(doc):
     return "%s (%s)" % (name, run_mode(doc) or "?")
 
 
+def pooled_unpriced(doc):
+    sv = doc["pool"]["saving"]
+    return bool(sv["hits"]) and sv["hits_unpriced"] == sv["hits"]
+
+
 def render_compare(base, other, cmp):
     L = []
     for label, doc in (("A", base), ("B", other)):
@@ -1857,7 +1869,8 @@ def render_compare(base, other, cmp):
         L.append("  the pool (%s) %s %s, measured: bare %s - pooled %s (calls and evictions)%s"
                  % (who, word, fmt_ns(abs(s["saved_ns"])), fmt_ns(s["bare_ns"]), fmt_ns(s["pooled_ns"]),
                     "; bare scaled per API to the pooled run's call count" if s["scaled"] else ""))
-        L.append("  (estimated from the pooled run's records alone: %s)" % fmt_ns(s["estimate_ns"]))
+        L.append("  (estimated from the pooled run's records alone: %s)" % (
+            "not estimable" if pooled_unpriced(other if who == "B" else base) else fmt_ns(s["estimate_ns"])))
     for label, doc in (("A", base), ("B", other)):
         if doc["advice"]:
             L.append("")
@@ -1954,6 +1967,7 @@ def plot(runs, path):
                 by_api.setdefault(key[0], Agg()).merge(g)
         for api in sorted(by_api, key=api_sort_key):
             pts = by_api[api].cdf()
+            pts = [(pts[0][0], 0.0)] + pts
             ax1.step([max(1, x) / 1e3 for x, _ in pts], [y for _, y in pts], where="post",
                      linestyle=styles[ri % len(styles)],
                      color=colors[all_apis.index(api) % len(colors)], label="%s - %s" % (api, name))
