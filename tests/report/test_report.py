@@ -56,6 +56,15 @@ def report_json(*args):
     return json.loads(r.stdout)
 
 
+def load_cli():
+    from importlib.machinery import SourceFileLoader
+    loader = SourceFileLoader("lazypin_cli_under_test", LAZYPIN)
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    m = importlib.util.module_from_spec(spec)
+    loader.exec_module(m)
+    return m
+
+
 def load_module():
     spec = importlib.util.spec_from_file_location("lazypin_report_under_test", REPORT)
     mod = importlib.util.module_from_spec(spec)
@@ -1032,6 +1041,37 @@ class RunOptions(unittest.TestCase):
             self.assertIn("LD_PRELOAD=%s" % lib, r.stdout)
 
 
+class RunSimAndPrintLib(unittest.TestCase):
+    def test_sim_and_print_lib(self):
+        with tempfile.TemporaryDirectory() as repo:
+            os.makedirs(os.path.join(repo, "scripts"))
+            os.makedirs(os.path.join(repo, "build", "shim"))
+            os.makedirs(os.path.join(repo, "build", "simcuda"))
+            script = os.path.join(repo, "scripts", "lazypin")
+            shutil.copy(LAZYPIN, script)
+            lib = os.path.join(repo, "build", "shim", "liblazypin.so")
+            open(lib, "w").close()
+            r = lazypin("--print-lib", script=script)
+            self.assertEqual((r.returncode, r.stdout.strip()), (0, lib))
+            # --sim without a simulated stack: one line saying what to build
+            r = lazypin("run", "--dry-run", "--sim", "--", "x", script=script)
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("ninja -C build simcuda_driver simcuda_runtime", r.stderr)
+            open(os.path.join(repo, "build", "simcuda", "libcuda.so.1"), "w").close()
+            r = lazypin("run", "--dry-run", "--sim", "--", "x", script=script,
+                        env=clean_env(LD_LIBRARY_PATH="/opt/x"))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("LD_LIBRARY_PATH=%s:/opt/x" % os.path.join(repo, "build", "simcuda"), r.stdout)
+        # no library anywhere: exit 2 and where it looked
+        with tempfile.TemporaryDirectory() as prefix:
+            os.makedirs(os.path.join(prefix, "bin"))
+            script = os.path.join(prefix, "bin", "lazypin")
+            shutil.copy(LAZYPIN, script)
+            r = lazypin("--print-lib", script=script)
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("cannot find liblazypin.so", r.stderr)
+
+
 class RunChild(unittest.TestCase):
     """Runs real children with a harmless preloaded library: an empty shared
     object built with cc, or (no compiler) a file the loader refuses and ignores."""
@@ -1142,6 +1182,18 @@ class RunChild(unittest.TestCase):
         r = self.run_child("--", "true")
         self.assertEqual(r.returncode, 0)
         self.assertIn("lazypin: no log written", r.stderr)
+
+    def test_no_cuda_driver_hint(self):
+        with tempfile.TemporaryDirectory() as empty:
+            m = load_cli()
+            visible = m.cuda_driver_visible({"LD_LIBRARY_PATH": empty})
+            open(os.path.join(empty, "libcuda.so.1"), "w").close()
+            self.assertTrue(m.cuda_driver_visible({"LD_LIBRARY_PATH": empty}))
+        r = self.run_child("--", "sh", "-c", "exit 3")
+        self.assertEqual(r.returncode, 3)
+        if not visible:   # this machine has no driver: the hint names --sim
+            self.assertIn("no CUDA driver library (libcuda.so.1) is visible", r.stderr)
+            self.assertIn("--sim", r.stderr)
 
     def test_quiet(self):
         r = self.run_child("--quiet", "--", "sh", "-c", self.WRITE_LOG, fx("defer_mode.jsonl"))
