@@ -640,16 +640,16 @@ class Log:
                 if m is not None:
                     content = True
                     records += 1
-                    t, tid, api, p, nb, res, lat, act, ev, rsn, st = m.groups()
-                    lat = int(lat)
-                    ck = (api, nb, act, ev, rsn, st, res)
+                    ck = m.group(3, 5, 8, 9, 10, 11, 6)  # api bytes action evicted reason stack result
                     hit = plain.get(ck)
                     if hit is not None:
                         g, deferred = hit
+                        lat = int(m.group(7))
+                        nb = ck[1]
                         ncalls += 1
-                        last_t = t
+                        last_t = m
                         if deferred:
-                            last_unregister[int(p, 16)] = int(t)
+                            last_unregister[int(m.group(4), 16)] = int(m.group(1))
                         g.n += 1
                         g.total += lat
                         if lat > g.max:
@@ -664,14 +664,16 @@ class Log:
                         if nb != b"0":
                             g.bytes += int(nb)
                         if lat >= floor:
-                            self.offer_slow(lat, int(t), int(tid), "call", api.decode(), int(p, 16),
-                                            int(nb), 0, act.decode())
+                            self.offer_slow(lat, int(m.group(1)), int(m.group(2)), "call",
+                                            ck[0].decode(), int(m.group(4), 16), int(nb), 0,
+                                            ck[2].decode())
                             if len(slow) >= top:
                                 floor = slow[0][0]
                         continue
+                    t, tid, api, p, nb, res, lat, act, ev, rsn, st = m.groups()
+                    lat = int(lat)
                     ptr = int(p, 16) if p[:2] == b"0x" else ptr_int(p.decode())
                     action = act.decode()
-                    n0 = len(groups)
                     on_call(int(t), int(tid), ptr, api.decode(), int(nb), int(res), lat, action,
                             int(ev), rsn.decode() if rsn is not None else None,
                             int(st) if st is not None else None)
@@ -721,7 +723,7 @@ class Log:
         self.records += records
         self.calls += ncalls
         if last_t is not None:
-            self.last_t = int(last_t)
+            self.last_t = int(last_t.group(1))
         if pending_bad is not None:
             if ends_with_newline:
                 skipped += 1
