@@ -1,20 +1,30 @@
 #!/usr/bin/env python3
 """lazypin report: read lazypin logs (JSON Lines, docs/log-format.md) and print
-what the program's host-memory registration calls cost.
+what the program's host-memory registration calls cost, what the pool saved,
+why it did not save more (advice), and which code pins (call sites).
 
     lazypin report LOG... [--compare OTHER...] [--plot FILE.png] [--json] [--top N]
 
+Logs are streamed: each record updates a latency histogram of its group and is
+dropped, so memory does not grow with the number of records.
 Standard library only; matplotlib is imported lazily, for --plot alone.
 Exit status: 0 report printed (with warnings, if any); 2 bad usage or unusable input.
 """
 
 import argparse
+import bisect
 import datetime
 import glob
+import heapq
 import json
 import math
 import os
+import re
+import shlex
+import shutil
+import subprocess
 import sys
+import time
 
 PROG = "lazypin report"
 LOG_FORMAT = 1          # the newest log format this tool understands
@@ -28,6 +38,7 @@ SIZE_CLASSES = (("4K", 4 << 10), ("16K", 16 << 10), ("64K", 64 << 10),
                 ("256K", 256 << 10), ("1M", 1 << 20), ("4M", 4 << 20),
                 ("16M", 16 << 20), ("64M", 64 << 20), ("256M", 256 << 20),
                 ("1G", 1 << 30), ("4G", 4 << 30), ("big", None))
+SIZE_CLASS_NAMES = tuple(n for n, _ in SIZE_CLASSES)
 
 RESULT_NAMES = {0: "success", 1: "invalid value", 2: "out of memory",
                 201: "invalid context", 712: "host memory already registered",
@@ -36,9 +47,14 @@ RESULT_NAMES = {0: "success", 1: "invalid value", 2: "out of memory",
 EVICT_REASONS = ("lru", "idle", "overlap", "make_room", "query", "free", "realloc",
                  "munmap", "mremap", "mmap_fixed", "madvise", "brk", "shmdt",
                  "shmat", "context", "pfn", "exit")
+# evictions because the memory left the process (the program freed it)
+FREE_REASONS = ("free", "realloc", "munmap", "mremap", "mmap_fixed", "madvise", "brk", "shmdt")
 
 STAT_KEYS = ("calls", "errors", "bytes", "total_ns",
              "p50_ns", "p90_ns", "p99_ns", "max_ns")
+
+# how many distinct addresses per process the pattern rules remember
+PTR_MEMORY = 1 << 20
 
 
 class ReportError(Exception):
@@ -76,16 +92,12 @@ def api_sort_key(api):
 
 
 def percentile(sorted_vals, p):
-    """Nearest-rank percentile: the smallest value with at least p% of the
-    values at or below it. Exact, and always one of the recorded values."""
+    """Nearest-rank percentile of a sorted list: the smallest value with at
+    least p% of the values at or below it."""
     if not sorted_vals:
         return None
     rank = max(1, math.ceil(p / 100.0 * len(sorted_vals)))
     return sorted_vals[min(rank, len(sorted_vals)) - 1]
-
-
-def median(vals):
-    return percentile(sorted(vals), 50) if vals else None
 
 
 def as_int(v, default=0):
@@ -98,19 +110,119 @@ def as_int(v, default=0):
     return default
 
 
-def stats(records, nbytes=True):
-    """calls/errors/bytes/total/percentiles of a list of call or evict records."""
-    lat = sorted(as_int(r.get("latency_ns")) for r in records)
-    out = {
-        "calls": len(records),
-        "errors": sum(1 for r in records if as_int(r.get("result")) != 0),
-        "bytes": sum(as_int(r.get("bytes")) for r in records) if nbytes else 0,
-        "total_ns": sum(lat),
-        "p50_ns": percentile(lat, 50),
-        "p90_ns": percentile(lat, 90),
-        "p99_ns": percentile(lat, 99),
-        "max_ns": lat[-1] if lat else None,
-    }
+def ptr_int(p):
+    """A log pointer ("0x7f..") as an int; None when unreadable."""
+    if isinstance(p, int) and not isinstance(p, bool):
+        return p
+    if isinstance(p, str):
+        try:
+            return int(p, 16) if p.lower().startswith("0x") else int(p, 0)
+        except ValueError:
+            return None
+    return None
+
+
+# --------------------------------------------------------------------------
+# the latency histogram: the shim's (shim/stats.cc LatencyHistogram), so that
+# the report's percentiles are the shim summary's for the same calls.
+# Values under 32 ns are exact; above, 32 sub-buckets per power of two, a
+# value reported as its bucket's midpoint (relative error under 1.6%), never
+# above the exact maximum.
+
+SUB_BITS = 5
+_SUB_MASK = (1 << SUB_BITS) - 1
+
+
+def hist_index(v):
+    if v < 32:
+        return v if v > 0 else 0
+    shift = v.bit_length() - 1 - SUB_BITS
+    return ((shift + 1) << SUB_BITS) + ((v >> shift) & _SUB_MASK)
+
+
+def hist_midpoint(i):
+    if i < (1 << SUB_BITS):
+        return i
+    shift = (i >> SUB_BITS) - 1
+    lo = ((1 << SUB_BITS) | (i & _SUB_MASK)) << shift
+    return lo + ((1 << shift) >> 1)
+
+
+class Agg:
+    """Calls (or evictions) of one group: counts, bytes, time, a histogram."""
+    __slots__ = ("n", "errors", "bytes", "total", "max", "b", "waited", "forced")
+
+    def __init__(self):
+        self.n = 0
+        self.errors = 0
+        self.bytes = 0
+        self.total = 0
+        self.max = 0
+        self.b = {}
+        self.waited = 0
+        self.forced = 0
+
+    def add(self, lat, nbytes=0, err=False):
+        self.n += 1
+        self.total += lat
+        self.bytes += nbytes
+        if err:
+            self.errors += 1
+        if lat > self.max:
+            self.max = lat
+        i = hist_index(lat) if lat >= 32 else (lat if lat > 0 else 0)
+        b = self.b
+        b[i] = b.get(i, 0) + 1
+
+    def merge(self, o):
+        self.n += o.n
+        self.errors += o.errors
+        self.bytes += o.bytes
+        self.total += o.total
+        self.waited += o.waited
+        self.forced += o.forced
+        if o.max > self.max:
+            self.max = o.max
+        b = self.b
+        for k, v in o.b.items():
+            b[k] = b.get(k, 0) + v
+        return self
+
+    def percentile(self, q):
+        """The shim's Percentile(q), q in 0..1; None when empty."""
+        if self.n == 0:
+            return None
+        rank = max(1, math.ceil(q * self.n))
+        seen = 0
+        for i in sorted(self.b):
+            seen += self.b[i]
+            if seen >= rank:
+                return min(hist_midpoint(i), self.max)
+        return self.max
+
+    def median(self):
+        return self.percentile(0.5)
+
+    def cdf(self):
+        """[(latency, fraction of calls at or below)] for a plot."""
+        out = []
+        seen = 0
+        for i in sorted(self.b):
+            seen += self.b[i]
+            out.append((min(hist_midpoint(i), self.max), seen / self.n))
+        return out
+
+    def stats(self, nbytes=True):
+        return {"calls": self.n, "errors": self.errors,
+                "bytes": self.bytes if nbytes else 0, "total_ns": self.total,
+                "p50_ns": self.percentile(0.5), "p90_ns": self.percentile(0.9),
+                "p99_ns": self.percentile(0.99), "max_ns": self.max if self.n else None}
+
+
+def merged(aggs):
+    out = Agg()
+    for a in aggs:
+        out.merge(a)
     return out
 
 
@@ -153,6 +265,15 @@ def fmt_bytes(n):
     if v == int(v):
         return "%d %s" % (v, unit)
     return ("%.0f %s" if v >= 100 else "%.1f %s") % (v, unit)
+
+
+def fmt_size_setting(n):
+    """A size as LAZYPIN_POOL_BYTES takes it: 512M, 8G (rounded up to a power of two)."""
+    p = 1 << max(20, (max(1, n) - 1).bit_length())
+    for unit, shift in (("T", 40), ("G", 30), ("M", 20)):
+        if p >= (1 << shift):
+            return "%d%s" % (p >> shift, unit)
+    return str(p)
 
 
 def fmt_ratio(r):
@@ -213,25 +334,453 @@ def table(headers, rows, indent="  ", left=(0,)):
 
 
 # --------------------------------------------------------------------------
-# reading logs
+# reading logs, streamed
+
+# The shim's own record layout (shim/shim.cc), read without json: a line that
+# does not match exactly (other field order, escapes, unknown fields) goes
+# through json.loads, with the same result.
+CALL_RE = re.compile(
+    rb'\{"type":"call","t_ns":(-?\d+),"tid":(-?\d+),"api":"([A-Za-z0-9_]+)","via":"[a-z]*",'
+    rb'"ptr":"([^"\\]*)","bytes":(\d+),"flags":\d+,"result":(-?\d+),"latency_ns":(-?\d+),'
+    rb'"action":"([a-z_]+)","evicted":(\d+)(?:,"reason":"([a-z_]*)")?(?:,"stack":(\d+))?\}\r?$')
+EVICT_RE = re.compile(
+    rb'\{"type":"evict","t_ns":(-?\d+),"tid":(-?\d+),"ptr":"([^"\\]*)","bytes":(\d+),'
+    rb'"reason":"([a-z_]+)","result":(-?\d+),"latency_ns":(-?\d+)(?:,"waited_ns":(\d+))?'
+    rb'(?:,"forced":(true|false))?(?:,"stack":(\d+))?\}\r?$')
+CHUNK = 4 << 20
+
+
+class Progress:
+    """One line on stderr, rewritten in place, once reading has taken more
+    than a second, and only when stderr is a terminal."""
+
+    def __init__(self, total_bytes, stream=None):
+        self.total = max(1, total_bytes)
+        self.done = 0
+        self.stream = stream if stream is not None else sys.stderr
+        try:
+            self.tty = self.stream.isatty()
+        except (AttributeError, ValueError):
+            self.tty = False
+        self.start = time.monotonic()
+        self.last = 0.0
+        self.shown = False
+
+    def update(self, done_in_file, name):
+        if not self.tty:
+            return
+        now = time.monotonic()
+        if now - self.start < 1.0 or now - self.last < 0.2:
+            return
+        self.last = now
+        done = self.done + done_in_file
+        self.stream.write("\r%s: reading %s: %3d%% (%d of %d MB)\x1b[K"
+                          % (PROG, os.path.basename(name), 100 * done // self.total,
+                             done >> 20, self.total >> 20))
+        self.stream.flush()
+        self.shown = True
+
+    def file_done(self, size):
+        self.done += size
+
+    def finish(self):
+        if self.shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self.shown = False
+
 
 class Log:
-    def __init__(self, path):
+    """What one log file (one process) holds, summed up while reading."""
+
+    def __init__(self, path, top=10):
         self.path = path
         self.header = None
-        self.calls = []
-        self.evicts = []
-        self.warnings = []          # warning records written by the shim
         self.summary = None
+        self.warnings = []          # warning records written by the shim
+        self.warnings_dropped = 0
         self.reader_warnings = []   # what this tool found wrong with the file
         self.cut = False
         self.records = 0
+        self.calls = 0
+        self.top = top
+        self.slowest = []           # heap of (latency, -t, seq, row)
+        self.seq = 0
+        self.groups = {}            # call group key -> Agg (see call_key)
+        self.egroups = {}           # (reason, error, forced, stack) -> Agg
+        self.errors = {}            # (code, api) -> count
+        self.objects = []           # (base, size, path) of loaded objects
+        self.stacks = {}            # stack id -> [frame addresses]
+        self.last_t = None
+        self.pool_bytes = None
+        self.mode = None
+        # pattern state for the advice rules (addresses as ints)
+        self.first_register_done = False
+        self.seen = set()
+        self.last_unregister = {}   # ptr -> t of its last deferred unregister
+        self.idle_gone = {}         # ptr -> t of its last use, released idle
+        self.lru_gone = set()
+        self.freed_sizes = {}       # bytes -> freed pooled registrations not yet re-registered
+        self.f = {"idle_reuse": 0, "idle_gap_max_ns": 0, "lru_reload": 0, "pattern": 0,
+                  "too_big": 0, "too_big_max": 0, "busy": 0, "busy_bytes": 0,
+                  "waited_ns": 0, "old_passthrough": 0, "in_call": 0, "ptr_memory_full": False}
 
     @property
     def pid(self):
         if self.header and "pid" in self.header:
             return as_int(self.header.get("pid"), None)
         return None
+
+    # ---- records
+
+    def on_header(self, rec, lineno):
+        if self.header is not None:
+            self.reader_warnings.append(
+                "%s: a second header at line %d was ignored" % (self.path, lineno))
+            return
+        fmt = rec.get("format")
+        if isinstance(fmt, (int, float)) and not isinstance(fmt, bool) and fmt > LOG_FORMAT:
+            raise ReportError("%s: log format %s is newer than this report tool "
+                              "understands (%d)" % (self.path, fmt if fmt != int(fmt) else int(fmt),
+                                                     LOG_FORMAT))
+        if not isinstance(fmt, int) or isinstance(fmt, bool):
+            self.reader_warnings.append(
+                "%s: header has no valid \"format\"; reading it as format %d"
+                % (self.path, LOG_FORMAT))
+        if self.calls or self.egroups or self.warnings:
+            self.reader_warnings.append(
+                "%s: the header is not the first record (line %d)" % (self.path, lineno))
+        self.header = rec
+        cfg = rec.get("config") if isinstance(rec.get("config"), dict) else {}
+        pb = cfg.get("pool_bytes")
+        self.pool_bytes = pb if isinstance(pb, int) and not isinstance(pb, bool) and pb > 0 else None
+        self.mode = rec.get("mode") or cfg.get("mode")
+
+    def on_call(self, t, tid, ptr, api, nbytes, result, lat, action, evicted, reason, stack):
+        self.calls += 1
+        self.last_t = t
+        reg = "Register" in api and "Unregister" not in api
+        err = result != 0
+        sclass = size_class(nbytes) if reg else None
+        warm = False
+        if reg and not err and (action == "miss" or action == "forward"):
+            warm = self.first_register_done and evicted == 0
+            self.first_register_done = True
+            self.on_real_register(t, ptr, nbytes, action)
+        elif action == "deferred" and ptr is not None:
+            self.last_unregister[ptr] = t
+        if evicted:
+            self.f["in_call"] += evicted
+        if action == "passthrough" and not reason:
+            self.f["old_passthrough"] += 1
+        key = (api, action, sclass, err, warm, evicted > 0, reason, stack)
+        g = self.groups.get(key)
+        if g is None:
+            g = self.groups[key] = Agg()
+        g.add(lat, nbytes, err)
+        if err:
+            k = (result, api)
+            self.errors[k] = self.errors.get(k, 0) + 1
+        if self.top:
+            self.offer_slow(lat, t, tid, "call", api, ptr, nbytes, result, action)
+
+    def on_real_register(self, t, ptr, nbytes, action):
+        f = self.f
+        if action == "forward" and self.mode == "defer" and self.pool_bytes and nbytes > self.pool_bytes:
+            f["too_big"] += 1
+            f["too_big_max"] = max(f["too_big_max"], nbytes)
+        if ptr is None:
+            return
+        if ptr in self.idle_gone:
+            f["idle_reuse"] += 1
+            f["idle_gap_max_ns"] = max(f["idle_gap_max_ns"], t - self.idle_gone.pop(ptr))
+        if ptr in self.lru_gone:
+            self.lru_gone.discard(ptr)
+            f["lru_reload"] += 1
+        if ptr not in self.seen:
+            n = self.freed_sizes.get(nbytes)
+            if n:
+                f["pattern"] += 1
+                if n == 1:
+                    del self.freed_sizes[nbytes]
+                else:
+                    self.freed_sizes[nbytes] = n - 1
+            if len(self.seen) < PTR_MEMORY:
+                self.seen.add(ptr)
+            else:
+                f["ptr_memory_full"] = True
+
+    def on_evict(self, t, tid, ptr, nbytes, reason, result, lat, waited, forced, stack):
+        self.last_t = t
+        err = result != 0
+        key = (reason, err, forced, stack)
+        g = self.egroups.get(key)
+        if g is None:
+            g = self.egroups[key] = Agg()
+        g.add(lat, nbytes, err)
+        g.waited += waited
+        if forced:
+            g.forced += 1
+            self.f["busy"] += 1
+            self.f["busy_bytes"] += nbytes
+        self.f["waited_ns"] += waited
+        if ptr is not None:
+            last = self.last_unregister.pop(ptr, t)
+            if reason == "idle":
+                self.idle_gone[ptr] = last
+            elif reason == "lru":
+                self.lru_gone.add(ptr)
+            elif reason in FREE_REASONS:
+                self.freed_sizes[nbytes] = self.freed_sizes.get(nbytes, 0) + 1
+                self.idle_gone.pop(ptr, None)
+                self.lru_gone.discard(ptr)
+                self.seen.discard(ptr)
+        if self.top:
+            self.offer_slow(lat, t, tid, "evict", "evict", ptr, nbytes, result, reason)
+
+    def offer_slow(self, lat, t, tid, record, api, ptr, nbytes, result, action):
+        h = self.slowest
+        if len(h) >= self.top and (lat, -t) <= h[0][:2]:
+            return
+        self.seq += 1
+        row = {"pid": None, "t_ns": t, "tid": tid, "record": record, "api": api,
+               "ptr": ("0x%x" % ptr) if ptr is not None else None, "bytes": nbytes,
+               "result": result, "action": action, "latency_ns": lat}
+        item = (lat, -t, -self.seq, row)
+        if len(h) < self.top:
+            heapq.heappush(h, item)
+        else:
+            heapq.heapreplace(h, item)
+
+    def on_record(self, rec, lineno):
+        """A record parsed by json (anything the fast paths did not take)."""
+        kind = rec["type"]
+        if kind == "call":
+            self.on_call(as_int(rec.get("t_ns")), rec.get("tid"), ptr_int(rec.get("ptr")), str(rec.get("api", "?")),
+                         max(0, as_int(rec.get("bytes"))), as_int(rec.get("result")),
+                         max(0, as_int(rec.get("latency_ns"))), str(rec.get("action", "?")),
+                         max(0, as_int(rec.get("evicted"))),
+                         str(rec["reason"]) if isinstance(rec.get("reason"), str) else None,
+                         as_int(rec["stack"], None) if "stack" in rec else None)
+        elif kind == "evict":
+            self.on_evict(as_int(rec.get("t_ns")), rec.get("tid"), ptr_int(rec.get("ptr")),
+                          max(0, as_int(rec.get("bytes"))), str(rec.get("reason", "?")),
+                          as_int(rec.get("result")), max(0, as_int(rec.get("latency_ns"))),
+                          max(0, as_int(rec.get("waited_ns"))), rec.get("forced") is True,
+                          as_int(rec["stack"], None) if "stack" in rec else None)
+        elif kind == "header":
+            self.on_header(rec, lineno)
+        elif kind == "warning":
+            if len(self.warnings) < 1000:
+                self.warnings.append(rec)
+            else:
+                self.warnings_dropped += 1
+        elif kind == "summary":
+            self.summary = rec
+        elif kind == "objects":
+            for o in rec.get("list") or []:
+                if isinstance(o, dict):
+                    base, size = ptr_int(o.get("base")), as_int(o.get("size"))
+                    if base is not None and size > 0 and isinstance(o.get("path"), str):
+                        self.objects.append((base, size, o["path"]))
+        elif kind == "stack":
+            sid = as_int(rec.get("id"), None)
+            frames = rec.get("frames")
+            if sid is not None and isinstance(frames, list):
+                self.stacks[sid] = [p for p in (ptr_int(x) for x in frames) if p is not None]
+        # other types: ignored (newer writers may add some)
+
+    # ---- the whole file
+
+    def read(self, f, progress=None):
+        call_match = CALL_RE.match
+        evict_match = EVICT_RE.match
+        on_call = self.on_call
+        on_evict = self.on_evict
+        loads = json.loads
+        groups = self.groups
+        last_unregister = self.last_unregister
+        # call shapes (api, bytes, action, evicted, reason, stack, result as
+        # written) whose record changes nothing but their group: summed here
+        # without the general path. value: (group, is a deferred unregister)
+        plain = {}
+        slow = self.slowest
+        top = self.top
+        floor = -1 if top else 1 << 62
+        records = 0
+        ncalls = 0
+        last_t = None
+        rest = b""
+        lineno = 0
+        skipped = 0
+        first_skipped = None
+        content = False
+        done = 0
+        pending_bad = None   # (lineno) of an unreadable line, until we know it is not the last
+        while True:
+            chunk = f.read(CHUNK)
+            eof = not chunk
+            if eof:
+                data = rest.rstrip(b"\0")
+                lines = [data] if data.strip() else []
+                ends_with_newline = not lines
+                rest = b""
+            else:
+                done += len(chunk)
+                lines = (rest + chunk).split(b"\n") if rest else chunk.split(b"\n")
+                rest = lines.pop()
+            for line in lines:
+                lineno += 1
+                if pending_bad is not None:
+                    skipped += 1
+                    if first_skipped is None:
+                        first_skipped = pending_bad
+                    pending_bad = None
+                m = call_match(line)
+                if m is not None:
+                    content = True
+                    records += 1
+                    ck = m.group(3, 5, 8, 9, 10, 11, 6)  # api bytes action evicted reason stack result
+                    hit = plain.get(ck)
+                    if hit is not None:
+                        g, deferred = hit
+                        lat = int(m.group(7))
+                        nb = ck[1]
+                        ncalls += 1
+                        last_t = m
+                        if deferred:
+                            last_unregister[int(m.group(4), 16)] = int(m.group(1))
+                        g.n += 1
+                        g.total += lat
+                        if lat > g.max:
+                            g.max = lat
+                        if lat < 32:
+                            i = lat if lat > 0 else 0
+                        else:
+                            sh = lat.bit_length() - 6
+                            i = ((sh + 1) << 5) + ((lat >> sh) & 31)
+                        b = g.b
+                        b[i] = b.get(i, 0) + 1
+                        if nb != b"0":
+                            g.bytes += int(nb)
+                        if lat >= floor:
+                            self.offer_slow(lat, int(m.group(1)), int(m.group(2)), "call",
+                                            ck[0].decode(), int(m.group(4), 16), int(nb), 0,
+                                            ck[2].decode())
+                            if len(slow) >= top:
+                                floor = slow[0][0]
+                        continue
+                    t, tid, api, p, nb, res, lat, act, ev, rsn, st = m.groups()
+                    lat = int(lat)
+                    ptr = int(p, 16) if p[:2] == b"0x" else ptr_int(p.decode())
+                    action = act.decode()
+                    on_call(int(t), int(tid), ptr, api.decode(), int(nb), int(res), lat, action,
+                            int(ev), rsn.decode() if rsn is not None else None,
+                            int(st) if st is not None else None)
+                    last_t = None
+                    if top and len(slow) >= top:
+                        floor = slow[0][0]
+                    if (res == b"0" and ev == b"0" and p[:2] == b"0x"
+                            and (action == "hit" or action == "deferred"
+                                 or (action == "passthrough" and rsn))):
+                        api_s = api.decode()
+                        reg = "Register" in api_s and "Unregister" not in api_s
+                        key = (api_s, action, size_class(int(nb)) if reg else None, False, False,
+                               False, rsn.decode() if rsn is not None else None,
+                               int(st) if st is not None else None)
+                        plain[ck] = (groups[key], action == "deferred")
+                    continue
+                m = evict_match(line)
+                if m is not None:
+                    content = True
+                    self.records += 1
+                    t, tid, p, nb, rsn, res, lat, w, forced, st = m.groups()
+                    last_t = None
+                    on_evict(int(t), int(tid), int(p, 16) if p[:2] == b"0x" else ptr_int(p.decode()),
+                             int(nb), rsn.decode(), int(res), int(lat), int(w) if w else 0,
+                             forced == b"true", int(st) if st is not None else None)
+                    continue
+                if not line.strip(b" \t\r\0"):
+                    continue
+                content = True
+                try:
+                    try:
+                        rec = loads(line)
+                    except UnicodeDecodeError:
+                        rec = loads(line.decode("utf-8", errors="replace"))
+                    if not isinstance(rec, dict) or not isinstance(rec.get("type"), str):
+                        raise ValueError("not a record")
+                except ValueError:
+                    pending_bad = lineno
+                    continue
+                self.records += 1
+                last_t = None
+                self.on_record(rec, lineno)
+            if progress is not None:
+                progress.update(done, self.path)
+            if eof:
+                break
+        self.records += records
+        self.calls += ncalls
+        if last_t is not None:
+            self.last_t = int(last_t.group(1))
+        if pending_bad is not None:
+            if ends_with_newline:
+                skipped += 1
+                if first_skipped is None:
+                    first_skipped = pending_bad
+            else:
+                self.cut = True
+                self.reader_warnings.append(
+                    "log was cut: %s ends with an incomplete record "
+                    "(the process may have crashed)" % self.path)
+        if skipped:
+            self.reader_warnings.append(
+                "%s: skipped %d unreadable line%s (first at line %d)"
+                % (self.path, skipped, "" if skipped == 1 else "s", first_skipped))
+        return content
+
+    def check(self):
+        """Warnings about the file as a whole, once it is read."""
+        path = self.path
+        if self.header is None:
+            self.reader_warnings.append(
+                "%s: no header record (the start of the log is missing); "
+                "reporting the records found" % path)
+        if self.summary is None and not self.cut:
+            self.reader_warnings.append(
+                "%s: no summary record: the process did not exit normally "
+                "(or is still running)" % path)
+        if self.warnings_dropped:
+            self.reader_warnings.append("%s: %d more shim warnings not shown"
+                                        % (path, self.warnings_dropped))
+        if self.summary is None:
+            return
+        dropped = as_int(self.summary.get("records_dropped"))
+        if dropped:
+            self.reader_warnings.append(
+                "%s: the shim dropped %d record%s (the log writer fell behind); "
+                "figures from call records undercount"
+                % (path, dropped, "" if dropped == 1 else "s"))
+            return
+        apis = self.summary.get("apis")
+        if isinstance(apis, dict):
+            counted = {}
+            for key, g in self.groups.items():
+                counted[key[0]] = counted.get(key[0], 0) + g.n
+            for api, s in sorted(apis.items()):
+                if isinstance(s, dict) and "calls" in s and as_int(s["calls"]) != counted.get(api, 0):
+                    self.reader_warnings.append(
+                        "%s: the summary counts %d %s calls, the log holds %d call records"
+                        % (path, as_int(s["calls"]), api, counted.get(api, 0)))
+
+    def slow_rows(self):
+        rows = []
+        for _, _, _, row in self.slowest:
+            r = dict(row)
+            r["pid"] = self.pid
+            rows.append(r)
+        return rows
 
 
 def expand_inputs(args):
@@ -266,126 +815,56 @@ def expand_inputs(args):
     return out
 
 
-def read_log(path, explicit=True):
-    """Parse one log. Returns a Log, or None for an empty file found through
+def read_log(path, explicit=True, progress=None, top=10):
+    """Read one log. Returns a Log, or None for an empty file found through
     a directory or glob (skipped). Raises ReportError for unusable files."""
+    log = Log(path, top)
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            content = log.read(f, progress)
     except FileNotFoundError:
         raise ReportError("%s: no such file" % path)
     except IsADirectoryError:
         raise ReportError("%s: is a directory" % path)
     except OSError as e:
         raise ReportError("%s: %s" % (path, e.strerror or e))
-    text = data.decode("utf-8", errors="replace")
-    # a crashed writer can leave NUL padding (preallocated or mapped files)
-    text = text.rstrip("\0")
-    if not text.strip():
+    if not content:
         if explicit:
             raise ReportError("%s: empty log (no records: the program made no "
                               "registration call, or the log was never written)" % path)
         return None
-    log = Log(path)
-    lines = text.split("\n")
-    ends_with_newline = text.endswith("\n")
-    if ends_with_newline:
-        lines.pop()  # the empty string after the final newline
-    skipped = 0
-    first_skipped = None
-    for i, line in enumerate(lines):
-        last = i == len(lines) - 1
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-            if not isinstance(rec, dict) or not isinstance(rec.get("type"), str):
-                raise ValueError("not a record")
-        except ValueError:
-            if last and not ends_with_newline:
-                log.cut = True
-                log.reader_warnings.append(
-                    "log was cut: %s ends with an incomplete record "
-                    "(the process may have crashed)" % path)
-            else:
-                skipped += 1
-                if first_skipped is None:
-                    first_skipped = i + 1
-            continue
-        log.records += 1
-        kind = rec["type"]
-        if kind == "header":
-            if log.header is not None:
-                log.reader_warnings.append(
-                    "%s: a second header at line %d was ignored" % (path, i + 1))
-                continue
-            fmt = rec.get("format")
-            if isinstance(fmt, (int, float)) and not isinstance(fmt, bool) and fmt > LOG_FORMAT:
-                raise ReportError("%s: log format %s is newer than this report tool "
-                                  "understands (%d)" % (path, fmt if fmt != int(fmt) else int(fmt),
-                                                         LOG_FORMAT))
-            if not isinstance(fmt, int) or isinstance(fmt, bool):
-                log.reader_warnings.append(
-                    "%s: header has no valid \"format\"; reading it as format %d"
-                    % (path, LOG_FORMAT))
-            if log.calls or log.evicts or log.warnings:
-                log.reader_warnings.append(
-                    "%s: the header is not the first record (line %d)" % (path, i + 1))
-            log.header = rec
-        elif kind == "call":
-            log.calls.append(rec)
-        elif kind == "evict":
-            log.evicts.append(rec)
-        elif kind == "warning":
-            log.warnings.append(rec)
-        elif kind == "summary":
-            log.summary = rec
-        # other types: ignored (newer writers may add some)
-    if skipped:
-        log.reader_warnings.append(
-            "%s: skipped %d unreadable line%s (first at line %d)"
-            % (path, skipped, "" if skipped == 1 else "s", first_skipped))
     if log.records == 0:
         raise ReportError("%s: no lazypin records in this file" % path)
-    if log.header is None:
-        log.reader_warnings.append(
-            "%s: no header record (the start of the log is missing); "
-            "reporting the records found" % path)
-    if log.summary is None and not log.cut:
-        log.reader_warnings.append(
-            "%s: no summary record: the process did not exit normally "
-            "(or is still running)" % path)
-    if log.summary is not None:
-        dropped = as_int(log.summary.get("records_dropped"))
-        if dropped:
-            log.reader_warnings.append(
-                "%s: the shim dropped %d record%s (the log writer fell behind); "
-                "figures from call records undercount"
-                % (path, dropped, "" if dropped == 1 else "s"))
-        else:
-            apis = log.summary.get("apis")
-            if isinstance(apis, dict):
-                counted = {}
-                for c in log.calls:
-                    a = str(c.get("api"))
-                    counted[a] = counted.get(a, 0) + 1
-                for api, s in sorted(apis.items()):
-                    if isinstance(s, dict) and "calls" in s and as_int(s["calls"]) != counted.get(api, 0):
-                        log.reader_warnings.append(
-                            "%s: the summary counts %d %s calls, the log holds %d call records"
-                            % (path, as_int(s["calls"]), api, counted.get(api, 0)))
+    log.check()
     return log
 
 
-def load(args):
+def load(args, top=10, progress=True):
+    inputs = expand_inputs(args)
+    total = 0
+    for p, _ in inputs:
+        try:
+            total += os.path.getsize(p)
+        except OSError:
+            pass
+    prog = Progress(total) if progress else None
     logs = []
     skipped = []
-    for path, explicit in expand_inputs(args):
-        log = read_log(path, explicit)
-        if log is None:
-            skipped.append(path)
-        else:
-            logs.append(log)
+    try:
+        for path, explicit in inputs:
+            log = read_log(path, explicit, prog, top)
+            if prog is not None:
+                try:
+                    prog.file_done(os.path.getsize(path))
+                except OSError:
+                    pass
+            if log is None:
+                skipped.append(path)
+            else:
+                logs.append(log)
+    finally:
+        if prog is not None:
+            prog.finish()
     if not logs:
         raise ReportError("%s: empty log%s (no records)"
                           % (", ".join(skipped) or " ".join(args),
@@ -398,16 +877,51 @@ def load(args):
 # --------------------------------------------------------------------------
 # analysis: everything the text, JSON and plot outputs show
 
+ARGV_RANK = re.compile(r"^--?(?:local[-_])?rank(?:=(\d+))?$")
+ENV_RANK = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "LOCAL_RANK")
+
+
+def process_rank(h):
+    """The job rank of a process: the header's "rank", its "env" (RANK,
+    OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID, ...), or --rank N in argv."""
+    if isinstance(h.get("rank"), int) and not isinstance(h.get("rank"), bool):
+        return h["rank"]
+    env = h.get("env")
+    if isinstance(env, dict):
+        for k in ENV_RANK:
+            v = env.get(k)
+            if isinstance(v, (str, int)) and str(v).isdigit():
+                return int(v)
+    argv = h.get("argv")
+    if isinstance(argv, list):
+        for i, a in enumerate(argv):
+            m = ARGV_RANK.match(str(a))
+            if not m:
+                continue
+            if m.group(1):
+                return int(m.group(1))
+            if i + 1 < len(argv) and str(argv[i + 1]).isdigit():
+                return int(argv[i + 1])
+    return None
+
+
 def process_info(log):
     h = log.header or {}
     s = log.summary or {}
     pool = s.get("pool") if isinstance(s.get("pool"), dict) else {}
+    mode = h.get("mode") or (h.get("config") or {}).get("mode")
     return {
         "file": log.path,
+        "host": h.get("host") if isinstance(h.get("host"), str) else None,
         "pid": log.pid,
+        "rank": process_rank(h),
         "exe": h.get("exe"),
         "argv": h.get("argv") if isinstance(h.get("argv"), list) else None,
-        "mode": h.get("mode") or (h.get("config") or {}).get("mode"),
+        "mode": mode,
+        "mode_requested": h.get("mode_requested") or mode,
+        "mode_reason": h.get("mode_reason") or "",
+        "watch": h.get("watch"),
+        "watch_reason": h.get("watch_reason") or "",
         "lazypin": h.get("lazypin"),
         "format": h.get("format"),
         "config": h.get("config") if isinstance(h.get("config"), dict) else None,
@@ -415,95 +929,443 @@ def process_info(log):
         "start_unix_ns": as_int(h.get("start_unix_ns"), None) if "start_unix_ns" in h else None,
         "start_time": iso_start(as_int(h.get("start_unix_ns"), 0)),
         "records": log.records,
-        "calls": len(log.calls),
+        "calls": log.calls,
         "has_header": log.header is not None,
         "has_summary": log.summary is not None,
         "ended_by": s.get("ended_by") if log.summary is not None else None,
-        "duration_ns": as_int(s.get("t_ns"), None) if log.summary is not None else None,
+        "duration_ns": (as_int(s.get("t_ns"), None) if log.summary is not None else log.last_t),
         "cut": log.cut,
         "pool_peak_bytes": as_int(pool.get("peak_bytes"), None) if "peak_bytes" in pool else None,
         "pool_peak_entries": as_int(pool.get("peak_entries"), None) if "peak_entries" in pool else None,
     }
 
 
-def saved_from_records(calls, evicts):
-    """Estimate of the time the pool saved, from the records alone:
-    each hit saves a driver register of its size class (median of the real
-    registers in the log) minus what the hit took; each deferred unregister
-    saves a real unregister (median of real unregisters and evictions) minus
-    what it took; every eviction pays one real unregister back."""
-    reg_by_class = {}
-    reg_all = []
-    unreg = []
-    for c in calls:
-        api = str(c.get("api", ""))
-        if as_int(c.get("result")) != 0 or c.get("action") not in ("miss", "forward"):
+# ---- what the pool saved
+
+def price_tables(logs):
+    """What a call costs without the pool, measured in these logs:
+    registers: per (API, size class), the warm real registers (successful
+    misses and forwards, leaving out each process's first register, which
+    pays for CUDA's start-up, and registers that first evicted pooled memory);
+    unregisters: per API, the successful real ones; evictions (lazypin's own
+    real unregisters) when the API has none."""
+    reg = {}
+    unreg = {}
+    ev = Agg()
+    for log in logs:
+        for (api, action, sclass, err, warm, inev, reason, stack), g in log.groups.items():
+            if err:
+                continue
+            if sclass is not None and warm:
+                reg.setdefault((api, sclass), Agg()).merge(g)
+            elif sclass is None and action in ("forward", "passthrough"):
+                unreg.setdefault(api, Agg()).merge(g)
+        for (reason, err, forced, stack), g in log.egroups.items():
+            if not err:
+                ev.merge(g)
+    return ({k: v.median() for k, v in reg.items()}, {k: v.n for k, v in reg.items()},
+            {k: v.median() for k, v in unreg.items()}, ev.median() if ev.n else None)
+
+
+def group_bare_price(key, g, prices):
+    """(estimated bare time of the calls of group g, priced?)"""
+    reg_med, _, unreg_med, ev_med = prices
+    api, action, sclass, err, warm, inev, reason, stack = key
+    if action == "hit":
+        p = reg_med.get((api, sclass))
+        return (p * g.n, True) if p is not None else (g.total, False)
+    if action == "deferred":
+        p = unreg_med.get(api, ev_med)
+        return (p * g.n, True) if p is not None else (g.total, False)
+    if inev and sclass is not None:
+        p = reg_med.get((api, sclass))
+        return (p * g.n, True) if p is not None else (g.total, False)
+    return g.total, True
+
+
+def saving(logs, prices):
+    """The estimated saving of these logs: bare estimate minus what was measured."""
+    out = {"bare_estimate_ns": 0, "measured_ns": 0, "calls_ns": 0, "evictions_ns": 0,
+           "evictions": 0, "forced": 0, "hits": 0, "hits_unpriced": 0, "deferred": 0,
+           "deferred_unpriced": 0}
+    for log in logs:
+        for key, g in log.groups.items():
+            bare, priced = group_bare_price(key, g, prices)
+            out["bare_estimate_ns"] += bare
+            out["calls_ns"] += g.total
+            if key[1] == "hit":
+                out["hits"] += g.n
+                out["hits_unpriced"] += 0 if priced else g.n
+            elif key[1] == "deferred":
+                out["deferred"] += g.n
+                out["deferred_unpriced"] += 0 if priced else g.n
+        for key, g in log.egroups.items():
+            out["evictions_ns"] += g.total
+            out["evictions"] += g.n
+            out["forced"] += g.forced
+    out["measured_ns"] = out["calls_ns"] + out["evictions_ns"]
+    out["saved_ns"] = out["bare_estimate_ns"] - out["measured_ns"]
+    return out
+
+
+def saving_method(sv, prices):
+    reg_med, reg_n, unreg_med, ev_med = prices
+    parts = ["bare time estimated from this run: each hit priced at the median warm real "
+             "register of its API and size class (%d measured; a process's first register "
+             "and registers that evicted first are left out)" % sum(reg_n.values()),
+             "each deferred unregister at the median real unregister%s"
+             % ("" if unreg_med else " (lazypin's evictions: no forwarded one)"),
+             "every eviction (%d, %s%s) counted as cost"
+             % (sv["evictions"], fmt_ns(sv["evictions_ns"]),
+                ", %d forced while the GPU was busy" % sv["forced"] if sv["forced"] else "")]
+    text = "; ".join(parts)
+    un = []
+    if sv["hits_unpriced"]:
+        un.append("%d hit%s" % (sv["hits_unpriced"], "" if sv["hits_unpriced"] == 1 else "s"))
+    if sv["deferred_unpriced"]:
+        un.append("%d deferred unregister%s" % (sv["deferred_unpriced"],
+                                                "" if sv["deferred_unpriced"] == 1 else "s"))
+    if un:
+        text += ("; %s had no warm real call of the same kind to compare with and count "
+                 "as saving nothing (a bare log given with --compare measures them)" % " and ".join(un))
+    return text
+
+
+# ---- call sites
+
+def symbolizer():
+    """('addr2line'|'llvm-symbolizer', path) or None."""
+    for name in ("addr2line", "llvm-symbolizer"):
+        p = shutil.which(name)
+        if p:
+            return name, p
+    return None
+
+
+def symbolize_object(path, offsets, tool):
+    """{offset: 'function (file:line)'} for the offsets (ints) inside object
+    `path`; one process per object; missing entries where it could not."""
+    if tool is None or not os.path.isfile(path) or not offsets:
+        return {}
+    name, exe = tool
+    offs = sorted(offsets)
+    addrs = ["0x%x" % o for o in offs]
+    if name == "addr2line":
+        cmd = [exe, "-f", "-C", "-e", path]
+    else:
+        cmd = [exe, "--obj=" + path, "--demangle", "--functions=linkage", "--no-inlines",
+               "--output-style=GNU"]
+    try:
+        r = subprocess.run(cmd, input="\n".join(addrs) + "\n", capture_output=True, text=True,
+                           timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    lines = [l for l in r.stdout.splitlines() if l.strip() or name == "addr2line"]
+    if name != "addr2line":
+        lines = [l for l in r.stdout.splitlines() if l.strip()]
+    out = {}
+    if r.returncode != 0 or len(lines) < 2 * len(offs):
+        return out
+    for i, o in enumerate(offs):
+        func, where = lines[2 * i].strip(), lines[2 * i + 1].strip()
+        if func in ("??", ""):
             continue
-        if is_register(api):
-            lat = as_int(c.get("latency_ns"))
-            reg_by_class.setdefault(size_class(as_int(c.get("bytes"))), []).append(lat)
-            reg_all.append(lat)
-        elif is_unregister(api):
-            unreg.append(as_int(c.get("latency_ns")))
-    unreg += [as_int(e.get("latency_ns")) for e in evicts if as_int(e.get("result")) == 0]
-    reg_med = {k: median(v) for k, v in reg_by_class.items()}
-    reg_all_med = median(reg_all)
-    unreg_med = median(unreg)
-    saved = 0
-    for c in calls:
-        action = c.get("action")
-        lat = as_int(c.get("latency_ns"))
-        if action == "hit":
-            base = reg_med.get(size_class(as_int(c.get("bytes"))), reg_all_med)
-            if base is not None:
-                saved += max(0, base - lat)
-        elif action == "deferred" and unreg_med is not None:
-            saved += max(0, unreg_med - lat)
-    saved -= sum(as_int(e.get("latency_ns")) for e in evicts)
-    return saved
+        where = where.split(" (discriminator")[0]
+        if where.startswith("??"):
+            out[o] = func
+        else:
+            out[o] = "%s (%s)" % (func, os.path.basename(where))
+    return out
 
 
-def analyze(logs, top=10):
-    calls = [c for log in logs for c in log.calls]
-    evicts = [e for log in logs for e in log.evicts]
+def is_lazypin_object(path):
+    return os.path.basename(path).startswith("liblazypin")
+
+
+def call_sites(logs, prices, depth=4):
+    """Call sites ranked: each unique symbolized stack (lazypin's own frames
+    left out, `depth` frames kept) with its calls, time spent (calls and
+    evictions) and time saved (bare estimate minus measured)."""
+    resolved = []   # per log: {stack id: [(path, offset) or (None, addr)]}
+    wanted = {}
+    for log in logs:
+        objs = sorted(log.objects)
+        bases = [o[0] for o in objs]
+        per = {}
+        for sid, frames in log.stacks.items():
+            out = []
+            for a in frames:
+                i = bisect.bisect_right(bases, a) - 1
+                hit = None
+                while i >= 0:
+                    base, size, path = objs[i]
+                    if base <= a < base + size:
+                        hit = (path, a - base)
+                        break
+                    i -= 1
+                    if i >= 0 and objs[i][0] + (1 << 40) < a:
+                        break
+                if hit is not None and is_lazypin_object(hit[0]):
+                    continue
+                out.append(hit if hit is not None else (None, a))
+                if len(out) >= depth:
+                    break
+            per[sid] = out
+            for path, off in out:
+                if path is not None:
+                    # a return address: the call is the byte before it
+                    wanted.setdefault(path, set()).add(max(0, off - 1))
+        resolved.append(per)
+    tool = symbolizer()
+    names = {path: symbolize_object(path, offs, tool) for path, offs in wanted.items()}
+
+    def frame_name(fr):
+        path, off = fr
+        if path is None:
+            return "0x%x" % off
+        n = names.get(path, {}).get(max(0, off - 1))
+        return n if n else "%s+0x%x" % (os.path.basename(path), off)
+
+    sites = {}
+    for log, per in zip(logs, resolved):
+        def site(stack):
+            if stack is None:
+                return None
+            if stack not in per:
+                return ("stack %d (frames not in the log)" % stack,)
+            return tuple(frame_name(f) for f in per[stack]) or ("(lazypin frames only)",)
+
+        for key, g in log.groups.items():
+            s = site(key[7])
+            if s is None:
+                continue
+            e = sites.setdefault(s, {"frames": list(s), "calls": 0, "hits": 0, "real": 0,
+                                     "evictions": 0, "time_ns": 0, "bare_ns": 0})
+            bare, _ = group_bare_price(key, g, prices)
+            e["calls"] += g.n
+            e["time_ns"] += g.total
+            e["bare_ns"] += bare
+            if key[1] == "hit":
+                e["hits"] += g.n
+            elif key[1] in ("miss", "forward", "passthrough"):
+                e["real"] += g.n
+        for key, g in log.egroups.items():
+            s = site(key[3])
+            if s is None:
+                continue
+            e = sites.setdefault(s, {"frames": list(s), "calls": 0, "hits": 0, "real": 0,
+                                     "evictions": 0, "time_ns": 0, "bare_ns": 0})
+            e["evictions"] += g.n
+            e["time_ns"] += g.total
+    out = list(sites.values())
+    for e in out:
+        e["saved_ns"] = e.pop("bare_ns") - e["time_ns"]
+    return {"symbolizer": tool[0] if tool else None,
+            "by_time": sorted(out, key=lambda e: (-e["time_ns"], e["frames"])),
+            "by_saved": sorted(out, key=lambda e: (-e["saved_ns"], e["frames"]))}
+
+
+# ---- advice: one rule per finding
+
+def nice_ms(ms):
+    """Round up to 1, 2 or 5 times a power of ten."""
+    ms = max(1, int(math.ceil(ms)))
+    p = 1
+    while True:
+        for m in (1, 2, 5):
+            if m * p >= ms:
+                return m * p
+        p *= 10
+
+
+def advise(logs, procs, pool):
+    out = []
+
+    def add(rule, finding, suggestion, setting=None, pids=None):
+        out.append({"rule": rule, "finding": finding, "suggestion": suggestion,
+                    "setting": setting, "pids": sorted(p for p in (pids or []) if p is not None)})
+
+    def total(key):
+        return sum(log.f[key] for log in logs)
+
+    def pids_with(key):
+        return [log.pid for log in logs if log.f[key]]
+
+    # the mode that ran is not the one asked for
+    for p in procs:
+        if p["mode_requested"] and p["mode"] and p["mode_requested"] != p["mode"]:
+            add("mode", "pid %s asked for LAZYPIN_MODE=%s and ran in %s mode%s"
+                % (p["pid"], p["mode_requested"], p["mode"],
+                   ": " + p["mode_reason"] if p["mode_reason"] else ""),
+                "fix what the reason names; until then the pool does not serve this process",
+                pids=[p["pid"]])
+
+    n = total("too_big")
+    if n:
+        biggest = max(log.f["too_big_max"] for log in logs)
+        limit = min(log.pool_bytes for log in logs if log.f["too_big"])
+        peak = pool.get("peak_bytes") or 0
+        add("pool_bytes",
+            "%d register%s of up to %s %s bigger than LAZYPIN_POOL_BYTES (%s): forwarded to "
+            "the driver every time, never pooled (0 hits for them)"
+            % (n, "" if n == 1 else "s", fmt_bytes(biggest), "was" if n == 1 else "were",
+               fmt_bytes(limit)),
+            "raise the bound to hold them and what was pooled besides",
+            {"LAZYPIN_POOL_BYTES": fmt_size_setting(biggest + peak + 1)}, pids_with("too_big"))
+
+    lru = sum(g.n for log in logs for k, g in log.egroups.items() if k[0] == "lru")
+    reload_ = total("lru_reload")
+    if lru and reload_:
+        entries_bound = min((as_int((log.header or {}).get("config", {}).get("pool_entries"), 0)
+                             for log in logs if log.f["lru_reload"]), default=0)
+        bytes_full = any(log.pool_bytes and (process_info(log)["pool_peak_bytes"] or 0)
+                         >= 0.9 * log.pool_bytes for log in logs if log.f["lru_reload"])
+        distinct = max(len(log.seen) for log in logs)
+        if bytes_full or (entries_bound and distinct < entries_bound):
+            add("lru_bytes",
+                "%d LRU eviction%s; %d of the evicted registrations were registered again "
+                "(a driver register each): the pool was full by bytes"
+                % (lru, "" if lru == 1 else "s", reload_),
+                "raise the bound on pooled bytes",
+                {"LAZYPIN_POOL_BYTES": fmt_size_setting(2 * max(l.pool_bytes or 0 for l in logs))},
+                pids_with("lru_reload"))
+        else:
+            want = max(distinct, 2 * entries_bound, 2)
+            add("lru_entries",
+                "%d LRU eviction%s; %d of the evicted registrations were registered again "
+                "(a driver register each): too few pool entries (%s) for the %d addresses "
+                "the program registers"
+                % (lru, "" if lru == 1 else "s", reload_, entries_bound or "?", distinct),
+                "allow at least as many entries as the program has buffers",
+                {"LAZYPIN_POOL_ENTRIES": str(1 << (want - 1).bit_length())}, pids_with("lru_reload"))
+
+    n = total("idle_reuse")
+    if n:
+        gap = max(log.f["idle_gap_max_ns"] for log in logs)
+        idle_now = max(as_int(((log.header or {}).get("config") or {}).get("idle_ms"), 0)
+                       for log in logs if log.f["idle_reuse"])
+        add("idle",
+            "%d registration%s released as idle %s registered again later (the longest "
+            "pause between uses: %s)" % (n, "" if n == 1 else "s", "was" if n == 1 else "were",
+                                         fmt_ns(gap)),
+            "keep pooled memory longer than the program's pauses",
+            {"LAZYPIN_IDLE_MS": str(max(nice_ms(2 * gap / 1e6), 2 * idle_now))}, pids_with("idle_reuse"))
+
+    def reason_calls(reason):
+        per = {}
+        for log in logs:
+            k = sum(g.n for key, g in log.groups.items() if key[1] == "passthrough" and key[6] == reason)
+            if k:
+                per[log.pid] = k
+        return per
+
+    shared = reason_calls("shared")
+    if shared:
+        n = sum(shared.values())
+        add("shared",
+            "%d unregister%s of shared or file-backed pages %s passed to the driver on purpose "
+            "(lazypin cannot tell when such pages change)" % (n, "" if n == 1 else "s",
+                                                              "was" if n == 1 else "were"),
+            "pin private anonymous memory (malloc, or mmap MAP_PRIVATE|MAP_ANONYMOUS) to have "
+            "it pooled", pids=list(shared))
+
+    unwatched = reason_calls("unwatched")
+    hooks = [p for p in procs if p["watch"] == "hooks"]
+    if hooks or unwatched:
+        why = sorted({p["watch_reason"] for p in hooks if p["watch_reason"]})
+        n = sum(unwatched.values())
+        add("watch",
+            "the kernel watch (userfaultfd) was unavailable%s%s" % (
+                " (%s)" % "; ".join(why) if why else "",
+                ": %d unregister%s of ranges lazypin could not watch passed to the driver"
+                % (n, "" if n == 1 else "s") if n else "; lazypin relied on its hooks alone"),
+            "allow userfaultfd (sysctl vm.unprivileged_userfaultfd=1, or run with "
+            "CAP_SYS_PTRACE) so that memory changed behind lazypin's hooks is seen",
+            pids=[p["pid"] for p in hooks] + list(unwatched))
+
+    wait = reason_calls("wait")
+    if wait:
+        n = sum(wait.values())
+        add("wait",
+            "%d unregister%s kept their bare semantics (passed to the driver, which waits for "
+            "the GPU's work on the memory)" % (n, "" if n == 1 else "s"),
+            "nothing to set: these unregisters ordered the program's work; synchronize the "
+            "stream before unregistering if the wait is not needed", pids=list(wait))
+
+    n = total("busy")
+    if n:
+        waited = total("waited_ns")
+        add("busy",
+            "%d release%s made while the GPU was still busy with the memory, after "
+            "waiting %s in all (%s)" % (n, "" if n == 1 else "s", fmt_ns(waited),
+                                        fmt_bytes(total("busy_bytes"))),
+            "synchronize the stream that uses a pinned buffer before freeing or unmapping it",
+            pids=pids_with("busy"))
+
+    n = total("pattern")
+    real = sum(g.n for log in logs for k, g in log.groups.items()
+               if k[1] == "miss" and not k[3])
+    if n >= 2 and n * 4 >= real:
+        add("pattern",
+            "%d of %d driver registers were of a new address right after a pooled "
+            "registration of the same size was freed: the program allocates, pins, unpins "
+            "and frees each buffer, and the pool cannot serve new memory" % (n, real),
+            "allocate the buffer once and reuse it, or use a pinned-memory allocator "
+            "(cudaHostAlloc, a caching allocator such as PyTorch's pin_memory())",
+            pids=pids_with("pattern"))
+    return out
+
+
+def analyze(logs, top=10, prices=None):
+    prices = prices or price_tables(logs)
     by_api = {}
-    for c in calls:
-        by_api.setdefault(str(c.get("api", "?")), []).append(c)
-    apis = {api: stats(by_api[api]) for api in sorted(by_api, key=api_sort_key)}
-    for api, s in apis.items():
-        if is_unregister(api):
-            s["bytes"] = 0
-
-    regs = [c for c in calls if is_register(str(c.get("api", "")))]
     by_class = {}
-    for c in regs:
-        by_class.setdefault(size_class(as_int(c.get("bytes"))), []).append(c)
-    size_classes = {name: stats(by_class[name]) for name, _ in SIZE_CLASSES if name in by_class}
-
-    totals = stats(calls)
-    totals["register_calls"] = len(regs)
-    totals["unregister_calls"] = sum(1 for c in calls if is_unregister(str(c.get("api", ""))))
-
-    # pool
+    totals = Agg()
     actions = {}
-    for c in calls:
-        a = str(c.get("action", "?"))
-        actions[a] = actions.get(a, 0) + 1
+    regs = unregs = 0
+    passthrough_reasons = {}
+    for log in logs:
+        for key, g in log.groups.items():
+            api, action, sclass = key[0], key[1], key[2]
+            by_api.setdefault(api, Agg()).merge(g)
+            totals.merge(g)
+            actions[action] = actions.get(action, 0) + g.n
+            if sclass is not None:
+                by_class.setdefault(sclass, Agg()).merge(g)
+                regs += g.n
+            elif is_unregister(api):
+                unregs += g.n
+            if action == "passthrough":
+                r = key[6] or "off"
+                passthrough_reasons[r] = passthrough_reasons.get(r, 0) + g.n
+    apis = {api: by_api[api].stats(nbytes=not is_unregister(api))
+            for api in sorted(by_api, key=api_sort_key)}
+    size_classes = {name: by_class[name].stats() for name in SIZE_CLASS_NAMES if name in by_class}
+    tot = totals.stats()
+    tot["register_calls"] = regs
+    tot["unregister_calls"] = unregs
+
     hits = actions.get("hit", 0)
     misses = actions.get("miss", 0)
     deferred = actions.get("deferred", 0)
     ev_by_reason = {}
-    for e in evicts:
-        ev_by_reason.setdefault(str(e.get("reason", "?")), []).append(e)
+    for log in logs:
+        for (reason, err, forced, stack), g in log.egroups.items():
+            ev_by_reason.setdefault(reason, Agg()).merge(g)
     order = {r: i for i, r in enumerate(EVICT_REASONS)}
-    evictions = {r: stats(ev_by_reason[r])
-                 for r in sorted(ev_by_reason, key=lambda r: (order.get(r, len(order)), r))}
+    evictions = {}
+    for r in sorted(ev_by_reason, key=lambda r: (order.get(r, len(order)), r)):
+        s = ev_by_reason[r].stats()
+        s["forced"] = ev_by_reason[r].forced
+        s["waited_ns"] = ev_by_reason[r].waited
+        evictions[r] = s
     summaries = [log.summary for log in logs if log.summary is not None]
     spools = [s.get("pool") for s in summaries if isinstance(s.get("pool"), dict)]
     all_summarized = bool(logs) and len(spools) == len(logs)
 
     def ssum(key):
-        vals = [p[key] for p in spools if isinstance(p.get(key), (int, float))]
+        vals = [p[key] for p in spools if isinstance(p.get(key), (int, float))
+                and not isinstance(p.get(key), bool)]
         return int(sum(vals)) if vals else None
 
     summary_evictions = None
@@ -512,9 +1374,10 @@ def analyze(logs, top=10):
         for p in spools:
             for r, n in (p.get("evictions") or {}).items():
                 summary_evictions[r] = summary_evictions.get(r, 0) + as_int(n)
-    saved_records = saved_from_records(calls, evicts)
+    sv = saving(logs, prices)
     saved_summary = ssum("saved_ns_est") if all_summarized else None
-    pool_used = bool(hits or misses or deferred or evicts)
+    evict_count = sum(a.n for a in ev_by_reason.values())
+    pool_used = bool(hits or misses or deferred or evict_count)
     pool = {
         "active": pool_used,
         "hits": hits,
@@ -523,50 +1386,50 @@ def analyze(logs, top=10):
         "deferred": deferred,
         "forwarded": actions.get("forward", 0),
         "passthrough": actions.get("passthrough", 0),
-        "evicted_in_calls": sum(as_int(c.get("evicted")) for c in calls),
+        "passthrough_reasons": passthrough_reasons,
+        "evicted_in_calls": 0,
         "evictions": evictions,
-        "evictions_total": len(evicts),
+        "evictions_total": evict_count,
         "summary_evictions": summary_evictions,
         "pool_summaries": len(spools),
         "peak_bytes": ssum("peak_bytes"),
         "peak_entries": ssum("peak_entries"),
         "pooled_bytes_at_exit": ssum("pooled_bytes"),
         "pooled_entries_at_exit": ssum("pooled_entries"),
-        "saved_ns_est": saved_summary if saved_summary is not None else saved_records,
-        "saved_ns_source": "summary" if saved_summary is not None else "records",
-        "saved_ns_records": saved_records,
+        "saved_ns_est": sv["saved_ns"],
+        "saved_ns_source": "records",
+        "saved_ns_records": sv["saved_ns"],
         "saved_ns_summary": saved_summary,
+        "saving": dict(sv, method=saving_method(sv, prices)),
     }
+    # in-call evictions: the calls' "evicted" counts (groups hold only whether > 0)
+    pool["evicted_in_calls"] = sum(log.f.get("in_call", 0) for log in logs)
 
-    # slowest calls (program calls and evictions, both stall the program)
-    rows = []
+    slowest = []
     for log in logs:
-        for c in log.calls:
-            rows.append({"pid": log.pid, "t_ns": as_int(c.get("t_ns")), "tid": c.get("tid"),
-                         "record": "call", "api": str(c.get("api", "?")),
-                         "ptr": c.get("ptr"), "bytes": as_int(c.get("bytes")),
-                         "result": as_int(c.get("result")),
-                         "action": c.get("action"), "latency_ns": as_int(c.get("latency_ns"))})
-        for e in log.evicts:
-            rows.append({"pid": log.pid, "t_ns": as_int(e.get("t_ns")), "tid": e.get("tid"),
-                         "record": "evict", "api": "evict", "ptr": e.get("ptr"),
-                         "bytes": as_int(e.get("bytes")), "result": as_int(e.get("result")),
-                         "action": e.get("reason"), "latency_ns": as_int(e.get("latency_ns"))})
-    rows.sort(key=lambda r: (-r["latency_ns"], r["t_ns"]))
-    slowest = rows[:max(0, top)]
+        slowest += log.slow_rows()
+    slowest.sort(key=lambda r: (-r["latency_ns"], r["t_ns"]))
+    slowest = slowest[:max(0, top)]
 
-    # errors by result code
     errs = {}
-    for c in calls:
-        code = as_int(c.get("result"))
-        if code == 0:
-            continue
-        e = errs.setdefault(code, {"code": code, "name": result_name(code), "count": 0, "apis": {}})
-        e["count"] += 1
-        api = str(c.get("api", "?"))
-        e["apis"][api] = e["apis"].get(api, 0) + 1
+    for log in logs:
+        for (code, api), n in log.errors.items():
+            e = errs.setdefault(code, {"code": code, "name": result_name(code), "count": 0, "apis": {}})
+            e["count"] += n
+            e["apis"][api] = e["apis"].get(api, 0) + n
     errors = [errs[k] for k in sorted(errs)]
-    evict_errors = sum(1 for e in evicts if as_int(e.get("result")) != 0)
+    evict_errors = sum(a.errors for a in ev_by_reason.values())
+
+    procs = []
+    for log in logs:
+        p = process_info(log)
+        s = saving([log], prices)
+        regs_p = sum(g.n for k, g in log.groups.items() if k[1] in ("hit", "miss"))
+        p["time_ns"] = s["measured_ns"]
+        p["hits"] = s["hits"]
+        p["pool_registers"] = regs_p
+        p["saved_ns"] = s["saved_ns"] if (s["hits"] or s["deferred"] or s["evictions"]) else None
+        procs.append(p)
 
     warnings = []
     for log in logs:
@@ -577,7 +1440,7 @@ def analyze(logs, top=10):
         for m in log.reader_warnings:
             warnings.append({"source": "report", "file": log.path, "pid": log.pid,
                              "t_ns": None, "message": m})
-        n = sum(1 for c in log.calls if c.get("action") == "passthrough")
+        n = log.f["old_passthrough"]
         if n:
             warnings.append({"source": "report", "file": log.path, "pid": log.pid, "t_ns": None,
                              "message": "lazypin was off for %d call%s of pid %s (passthrough: "
@@ -591,15 +1454,23 @@ def analyze(logs, top=10):
     return {
         "lazypin_report": JSON_SCHEMA,
         "files": [log.path for log in logs],
-        "processes": [process_info(log) for log in logs],
-        "totals": totals,
+        "processes": procs,
+        "totals": tot,
         "apis": apis,
         "size_classes": size_classes,
         "pool": pool,
+        "advice": advise(logs, procs, pool),
+        "call_sites": call_sites(logs, prices),
         "slowest": slowest,
         "errors": errors,
         "warnings": warnings,
     }
+
+
+def is_bare(doc):
+    """A run without the pool: log or off mode, or no pool action at all."""
+    mode = run_mode(doc)
+    return (mode in ("log", "off")) or not doc["pool"]["active"]
 
 
 def compare(base, other):
@@ -617,8 +1488,39 @@ def compare(base, other):
                               "total": ratio(pa["total_ns"], pb["total_ns"])}}
     tb = base["totals"]["total_ns"]
     to = other["totals"]["total_ns"]
-    return {"apis": out,
-            "total_ns": {"baseline": tb, "other": to, "ratio": ratio(tb, to)}}
+    res = {"apis": out, "total_ns": {"baseline": tb, "other": to, "ratio": ratio(tb, to)},
+           "saving": None}
+    # the measured saving: a bare run against a pooled one
+    bare, pooled, side = None, None, None
+    if is_bare(base) and not is_bare(other):
+        bare, pooled, side = base, other, "other"
+    elif is_bare(other) and not is_bare(base):
+        bare, pooled, side = other, base, "baseline"
+    if bare is not None:
+        bare_ns = 0
+        scaled = False
+        for api in apis:
+            a = bare["apis"].get(api)
+            b = pooled["apis"].get(api)
+            if not a or not b:
+                continue
+            if a["calls"] == b["calls"]:
+                bare_ns += a["total_ns"]
+            else:
+                scaled = True
+                bare_ns += a["total_ns"] * b["calls"] / a["calls"]
+        measured = pooled["pool"]["saving"]["measured_ns"]
+        saved = int(round(bare_ns - measured))
+        res["saving"] = {
+            "pooled_run": side, "saved_ns": saved, "bare_ns": int(round(bare_ns)),
+            "pooled_ns": measured, "scaled": scaled,
+            "estimate_ns": pooled["pool"]["saved_ns_records"],
+            "method": "measured: the bare run's time in registration calls%s, minus the "
+                      "pooled run's (its calls and lazypin's evictions)"
+                      % (" (scaled per API to the pooled run's number of calls)" if scaled else "")}
+        pooled["pool"]["saved_ns_est"] = saved
+        pooled["pool"]["saved_ns_source"] = "measured"
+    return res
 
 
 # --------------------------------------------------------------------------
@@ -631,12 +1533,18 @@ def pool_verdict(pool, mode=None):
         return "pool: not used (mode %s)" % (mode or "log")
     regs = pool["hits"] + pool["misses"]
     saved = pool["saved_ns_est"]
-    if saved is None:
+    how = "measured" if pool["saved_ns_source"] == "measured" else "estimated"
+    sv = pool.get("saving") or {}
+    if how == "estimated" and sv.get("hits") and sv.get("hits_unpriced") == sv.get("hits"):
+        saved = None
+        tail = (", saving not estimable from this log alone (no warm driver register to price "
+                "the hits): compare with a log-mode run")
+    elif saved is None:
         tail = ""
     elif saved >= 0:
-        tail = ", saved ~%s" % fmt_ns(saved)
+        tail = ", saved %s (%s)" % (fmt_ns(saved), how)
     else:
-        tail = ", cost ~%s more than it saved" % fmt_ns(-saved)
+        tail = ", cost %s more than it saved (%s)" % (fmt_ns(-saved), how)
     return "pool: %d hit%s / %d register%s (%s)%s" % (
         pool["hits"], "" if pool["hits"] == 1 else "s", regs, "" if regs == 1 else "s",
         fmt_pct(pool["hit_rate"]) if regs else "-", tail)
@@ -669,13 +1577,19 @@ def fmt_config(cfg):
 def fmt_argv(argv):
     if not argv:
         return "-"
-    import shlex
     return " ".join(shlex.quote(str(a)) for a in argv)
 
 
 def run_mode(doc):
     modes = sorted({p["mode"] for p in doc["processes"] if p["mode"]})
     return "/".join(modes) if modes else None
+
+
+def fmt_mode(p):
+    m = p["mode"] or "-"
+    if p["mode_requested"] and p["mode_requested"] != p["mode"]:
+        m += " (asked: %s%s)" % (p["mode_requested"], "; " + p["mode_reason"] if p["mode_reason"] else "")
+    return m
 
 
 def render_run(doc, lines):
@@ -686,12 +1600,17 @@ def render_run(doc, lines):
         rows = [("log", p["file"]),
                 ("program", p["exe"] or "-"),
                 ("argv", fmt_argv(p["argv"])),
-                ("pid", p["pid"] if p["pid"] is not None else "-"),
-                ("mode", p["mode"] or "-"),
-                ("config", fmt_config(p["config"])),
-                ("driver", fmt_driver(p["driver_version"]) if p["driver_version"] is not None else "unknown"),
-                ("lazypin", p["lazypin"] or "-"),
-                ("started", fmt_start(p["start_unix_ns"]))]
+                ("host", p["host"] or "-"),
+                ("pid", p["pid"] if p["pid"] is not None else "-")]
+        if p["rank"] is not None:
+            rows.append(("rank", p["rank"]))
+        rows += [("mode", fmt_mode(p)),
+                 ("config", fmt_config(p["config"]))]
+        if p["watch"]:
+            rows.append(("watch", p["watch"] + (" (%s)" % p["watch_reason"] if p["watch_reason"] else "")))
+        rows += [("driver", fmt_driver(p["driver_version"]) if p["driver_version"] is not None else "unknown"),
+                 ("lazypin", p["lazypin"] or "-"),
+                 ("started", fmt_start(p["start_unix_ns"]))]
         if p["has_summary"]:
             rows.append(("ended", "%s, %s after the first call" % (p["ended_by"], fmt_ns(p["duration_ns"]))))
         else:
@@ -700,27 +1619,77 @@ def render_run(doc, lines):
         w = max(len(k) for k, _ in rows)
         lines += ["  %s  %s" % (k.ljust(w), v) for k, v in rows]
         return
-    lines.append("== run (%d processes)" % len(procs))
+    hosts = sorted({p["host"] or "-" for p in procs})
+    lines.append("== run (%d processes%s)" % (len(procs), ", %d hosts" % len(hosts) if len(hosts) > 1 else ""))
+    order = sorted(procs, key=lambda p: (p["host"] or "", p["rank"] if p["rank"] is not None else 1 << 62,
+                                         p["pid"] if p["pid"] is not None else 0, p["file"]))
     rows = []
-    for p in procs:
-        rows.append([p["pid"] if p["pid"] is not None else "-",
+    for p in order:
+        regs = p["pool_registers"]
+        rows.append([p["host"] or "-",
+                     p["pid"] if p["pid"] is not None else "-",
+                     p["rank"] if p["rank"] is not None else "-",
                      os.path.basename(p["exe"]) if p["exe"] else "-",
                      p["mode"] or "-",
                      fmt_driver(p["driver_version"]).split(" ")[0] if p["driver_version"] is not None else "unknown",
                      fmt_start(p["start_unix_ns"]),
                      p["calls"],
+                     fmt_ns(p["time_ns"]),
+                     "%d/%d" % (p["hits"], regs) if regs else "-",
+                     fmt_ns(p["saved_ns"]) if p["saved_ns"] is not None else "-",
                      (p["ended_by"] or "-") if p["has_summary"] else ("cut" if p["cut"] else "no summary"),
                      p["file"]])
-    lines += table(["pid", "program", "mode", "driver", "started", "calls", "ended", "log"],
-                   rows, left=(1, 2, 4, 6, 7))
-    for p in procs:
+    lines += table(["host", "pid", "rank", "program", "mode", "driver", "started", "calls", "time",
+                    "hits", "saved~", "ended", "log"],
+                   rows, left=(0, 3, 4, 6, 11, 12))
+    for p in order:
         lines.append("  argv[%s]  %s" % (p["pid"], fmt_argv(p["argv"])))
     cfgs = {json.dumps(p["config"], sort_keys=True) for p in procs}
     if len(cfgs) == 1:
         lines.append("  config    %s" % fmt_config(procs[0]["config"]))
     else:
-        for p in procs:
+        for p in order:
             lines.append("  config[%s]  %s" % (p["pid"], fmt_config(p["config"])))
+    for p in order:
+        if p["mode_requested"] and p["mode_requested"] != p["mode"]:
+            lines.append("  mode[%s]  %s" % (p["pid"], fmt_mode(p)))
+
+
+def render_advice(doc, L):
+    L.append("")
+    L.append("== advice")
+    if not doc["advice"]:
+        L.append("  none: nothing in the log says the pool could do better")
+        return
+    for a in doc["advice"]:
+        L.append("  [%s] %s" % (a["rule"], a["finding"]))
+        s = a["suggestion"]
+        if a["setting"]:
+            s = "set %s: %s" % (" ".join("%s=%s" % kv for kv in a["setting"].items()), s)
+        L.append("      -> " + s)
+
+
+def render_sites(doc, L, top):
+    cs = doc["call_sites"]
+    if not cs["by_time"] or top <= 0:
+        return
+    L.append("")
+    L.append("== call sites by time spent (frames symbolized with %s)"
+             % (cs["symbolizer"] or "nothing: no addr2line or llvm-symbolizer; object+offset"))
+
+    def block(sites, key):
+        for i, e in enumerate(sites[:top]):
+            L.append("  #%d  %s spent, %s saved~  %d calls (%d hits, %d to the driver)%s"
+                     % (i + 1, fmt_ns(e["time_ns"]), fmt_ns(e["saved_ns"]), e["calls"], e["hits"],
+                        e["real"], ", %d evictions" % e["evictions"] if e["evictions"] else ""))
+            for fr in e["frames"]:
+                L.append("        " + fr)
+    block(cs["by_time"], "time_ns")
+    saved = [e for e in cs["by_saved"] if e["saved_ns"] > 0]
+    if saved:
+        L.append("")
+        L.append("== call sites by time saved")
+        block(saved, "saved_ns")
 
 
 def render_text(doc, top=10):
@@ -751,6 +1720,9 @@ def render_text(doc, top=10):
         L.append("  hits %d  misses %d  hit rate %s  deferred unregisters %d  forwarded %d"
                  % (pool["hits"], pool["misses"], fmt_pct(pool["hit_rate"]),
                     pool["deferred"], pool["forwarded"]))
+        if pool["passthrough"]:
+            L.append("  passed to the driver on purpose: %s" % ", ".join(
+                "%s %d" % kv for kv in sorted(pool["passthrough_reasons"].items())))
         if pool["peak_bytes"] is not None:
             nproc = len(doc["processes"])
             if nproc == 1:
@@ -766,22 +1738,35 @@ def render_text(doc, top=10):
                         fmt_bytes(pool["pooled_bytes_at_exit"]), pool["pooled_entries_at_exit"]))
         else:
             L.append("  peak pooled: unknown (no summary record)")
-        if pool["saved_ns_summary"] is not None:
-            L.append("  time saved, estimated: %s by the shim, %s from the records"
-                     % (fmt_ns(pool["saved_ns_summary"]), fmt_ns(pool["saved_ns_records"])))
+        sv = pool["saving"]
+        if pool["saved_ns_source"] == "measured":
+            L.append("  saved %s, measured against the bare run (estimate from the records alone: %s)"
+                     % (fmt_ns(pool["saved_ns_est"]), fmt_ns(pool["saved_ns_records"])))
         else:
-            L.append("  time saved, estimated from the records: %s" % fmt_ns(pool["saved_ns_records"]))
+            L.append("  saved %s (estimated): %s bare (est.) - %s measured (calls %s + evictions %s)"
+                     % (fmt_ns(sv["saved_ns"]), fmt_ns(sv["bare_estimate_ns"]), fmt_ns(sv["measured_ns"]),
+                        fmt_ns(sv["calls_ns"]), fmt_ns(sv["evictions_ns"])))
+        L.append("  how: " + sv["method"])
+        if pool["saved_ns_summary"] is not None:
+            L.append("  (the shim's own figure, hits x mean real register: %s)"
+                     % fmt_ns(pool["saved_ns_summary"]))
         L.append("  evicted inside program calls (overlap, make room): %d" % pool["evicted_in_calls"])
         if pool["evictions"]:
             L.append("  evictions outside program calls: %d" % pool["evictions_total"])
             rows = [[r, s["calls"], s["errors"], fmt_bytes(s["bytes"]) if s["bytes"] else "-",
                      fmt_ns(s["total_ns"]), fmt_ns(s["p50_ns"]), fmt_ns(s["p90_ns"]),
                      fmt_ns(s["p99_ns"]), fmt_ns(s["max_ns"])]
+                    + ([s["forced"]] if any(x["forced"] for x in pool["evictions"].values()) else [])
                     for r, s in pool["evictions"].items()]
-            L += table(["reason", "count", "errors", "bytes", "total", "p50", "p90", "p99", "max"],
-                       rows, indent="    ")
+            hdr = ["reason", "count", "errors", "bytes", "total", "p50", "p90", "p99", "max"]
+            if any(x["forced"] for x in pool["evictions"].values()):
+                hdr.append("forced")
+            L += table(hdr, rows, indent="    ")
         else:
             L.append("  evictions outside program calls: none")
+
+    render_advice(doc, L)
+    render_sites(doc, L, min(top, 5) if top else 0)
 
     if top > 0 and doc["slowest"]:
         L.append("")
@@ -839,17 +1824,33 @@ def render_text(doc, top=10):
     return "\n".join(L) + "\n"
 
 
+def run_name(doc):
+    """A run as the user knows it: its file (or directory, for several) and mode."""
+    files = doc["files"]
+    if len(files) == 1:
+        name = os.path.basename(files[0])
+    else:
+        dirs = sorted({os.path.dirname(f) for f in files})
+        name = (os.path.basename(dirs[0]) or dirs[0]) + "/ (%d logs)" % len(files) if len(dirs) == 1 \
+            else "%d logs" % len(files)
+    return "%s (%s)" % (name, run_mode(doc) or "?")
+
+
+def pooled_unpriced(doc):
+    sv = doc["pool"]["saving"]
+    return bool(sv["hits"]) and sv["hits_unpriced"] == sv["hits"]
+
+
 def render_compare(base, other, cmp):
     L = []
-    for label, doc in (("A (baseline)", base), ("B (other)", other)):
+    for label, doc in (("A", base), ("B", other)):
         procs = doc["processes"]
         prog = ", ".join(sorted({os.path.basename(p["exe"]) for p in procs if p["exe"]})) or "-"
         pids = ", ".join(str(p["pid"]) for p in procs if p["pid"] is not None) or "-"
-        L.append("%-12s  %s  (mode %s, pid %s; %s)" % (label, prog, run_mode(doc) or "-", pids,
-                                                       ", ".join(doc["files"])))
-        L.append("              " + pool_verdict(doc["pool"], run_mode(doc)))
+        L.append("%s  %s: %s  (pid %s; %s)" % (label, run_name(doc), prog, pids, ", ".join(doc["files"])))
+        L.append("   " + pool_verdict(doc["pool"], run_mode(doc)))
     L.append("")
-    L.append("== A vs B (A/B: ratio baseline / other; above 1: B is faster)")
+    L.append("== A vs B (A/B: ratio A / B; above 1: B is faster)")
     rows = []
     for api, c in cmp["apis"].items():
         a, b, r = c["baseline"], c["other"], c["ratio"]
@@ -861,8 +1862,24 @@ def render_compare(base, other, cmp):
                 "total A", "total B", "A/B"], rows)
     t = cmp["total_ns"]
     L.append("")
-    L.append("  time in registration calls: baseline %s, other %s, ratio %s"
+    L.append("  time in registration calls: A %s, B %s, ratio %s"
              % (fmt_ns(t["baseline"]), fmt_ns(t["other"]), fmt_ratio(t["ratio"])))
+    s = cmp["saving"]
+    if s is not None:
+        who = "B" if s["pooled_run"] == "other" else "A"
+        word = "saved" if s["saved_ns"] >= 0 else "cost"
+        L.append("  the pool (%s) %s %s, measured: bare %s - pooled %s (calls and evictions)%s"
+                 % (who, word, fmt_ns(abs(s["saved_ns"])), fmt_ns(s["bare_ns"]), fmt_ns(s["pooled_ns"]),
+                    "; bare scaled per API to the pooled run's call count" if s["scaled"] else ""))
+        L.append("  (estimated from the pooled run's records alone: %s)" % (
+            "not estimable" if pooled_unpriced(other if who == "B" else base) else fmt_ns(s["estimate_ns"])))
+    for label, doc in (("A", base), ("B", other)):
+        if doc["advice"]:
+            L.append("")
+            L.append("== advice (%s)" % label)
+            sub = []
+            render_advice(doc, sub)
+            L += sub[2:]
     warn = [(label, w) for label, d in (("A", base), ("B", other)) for w in d["warnings"]]
     if warn:
         L.append("")
@@ -874,7 +1891,7 @@ def render_compare(base, other, cmp):
 
 def brief_summary(paths):
     """The few lines that `lazypin run` prints at the end."""
-    logs = load(paths)
+    logs = load(paths, top=0)
     doc = analyze(logs, top=0)
     L = []
     rows = [[api, s["calls"], s["errors"], fmt_ns(s["p50_ns"]), fmt_ns(s["p99_ns"]),
@@ -885,6 +1902,10 @@ def brief_summary(paths):
         L.append("  no registration calls")
     if doc["pool"]["active"]:
         L.append("  " + pool_verdict(doc["pool"]))
+    n = len(doc["advice"])
+    if n:
+        L.append("  %d piece%s of advice (%s): see `lazypin report`"
+                 % (n, "" if n == 1 else "s", ", ".join(a["rule"] for a in doc["advice"])))
     n = len(doc["warnings"])
     if n:
         L.append("  %d warning%s: see `lazypin report`" % (n, "" if n == 1 else "s"))
@@ -910,56 +1931,89 @@ def import_pyplot():
     return plt
 
 
+def plot_title(runs):
+    parts = []
+    for name, doc in runs:
+        progs = sorted({os.path.basename(p["exe"]) for p in doc["processes"] if p["exe"]}) or ["?"]
+        parts.append("%s, %s mode" % (", ".join(progs), run_mode(doc) or "?"))
+    return "lazypin: " + " vs ".join(parts)
+
+
 def plot(runs, path):
-    """runs: [(label, logs)]. Left: latency CDF per API (log x). Right:
-    latency against size for register calls (log-log). Returns an error
+    """runs: [(name or None, logs)], a run named by its file and mode when the
+    name is None. Left: latency CDF per API (log x). Right: register latency
+    per size class (4K, 64K, 1M...), hits and driver registers apart (median,
+    bar p10 to p90). The legend sits under the axes. Returns an error
     message or None."""
     plt = import_pyplot()
     if plt is None:
         return PLOT_HINT
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5))
+    named = []
+    for name, logs in runs:
+        doc = {"files": [l.path for l in logs], "processes": [process_info(l) for l in logs]}
+        named.append((name or run_name(doc), doc, logs))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5.6))
     styles = ("-", "--", ":", "-.")
     colors = [c.get("color") for c in plt.rcParams["axes.prop_cycle"]] or [None]
-    all_apis = sorted({str(c.get("api", "?")) for _, logs in runs for log in logs for c in log.calls},
-                      key=api_sort_key)
-    for i, (label, logs) in enumerate(runs):
+    all_apis = sorted({k[0] for _, _, logs in named for l in logs for k in l.groups}, key=api_sort_key)
+    classes_used = sorted({k[2] for _, _, logs in named for l in logs for k in l.groups if k[2]},
+                          key=SIZE_CLASS_NAMES.index)
+    xpos = {c: i for i, c in enumerate(classes_used)}
+    kinds = (("hit", ("hit",), "o"), ("driver register", ("miss", "forward"), "s"))
+    nseries = len(named) * len(kinds)
+    k = 0
+    for ri, (name, doc, logs) in enumerate(named):
         by_api = {}
-        for log in logs:
-            for c in log.calls:
-                by_api.setdefault(str(c.get("api", "?")), []).append(max(1, as_int(c.get("latency_ns"))))
+        for l in logs:
+            for key, g in l.groups.items():
+                by_api.setdefault(key[0], Agg()).merge(g)
         for api in sorted(by_api, key=api_sort_key):
-            v = sorted(by_api[api])
-            y = [(k + 1) / len(v) for k in range(len(v))]
-            name = api if len(runs) == 1 else "%s (%s)" % (api, label)
-            ax1.step([x / 1e3 for x in v], y, where="post", linestyle=styles[i % len(styles)],
-                     color=colors[all_apis.index(api) % len(colors)], label=name)
-        xs, ys, cs = [], [], []
-        for log in logs:
-            for c in log.calls:
-                if is_register(str(c.get("api", ""))) and as_int(c.get("bytes")) > 0:
-                    xs.append(as_int(c.get("bytes")))
-                    ys.append(max(1, as_int(c.get("latency_ns"))) / 1e3)
-        if xs:
-            ax2.scatter(xs, ys, s=10, alpha=0.6, marker="o" if i == 0 else "x",
-                        label="register" if len(runs) == 1 else "register (%s)" % label)
+            pts = by_api[api].cdf()
+            pts = [(pts[0][0], 0.0)] + pts
+            ax1.step([max(1, x) / 1e3 for x, _ in pts], [y for _, y in pts], where="post",
+                     linestyle=styles[ri % len(styles)],
+                     color=colors[all_apis.index(api) % len(colors)], label="%s - %s" % (api, name))
+        for kname, actions, marker in kinds:
+            xs, ys, lo, hi = [], [], [], []
+            for c in classes_used:
+                a = Agg()
+                for l in logs:
+                    for key, g in l.groups.items():
+                        if key[2] == c and key[1] in actions and not key[3]:
+                            a.merge(g)
+                if a.n:
+                    med = max(1, a.median()) / 1e3
+                    xs.append(xpos[c] + (k - (nseries - 1) / 2) * 0.12)
+                    ys.append(med)
+                    lo.append(med - max(1, a.percentile(0.1)) / 1e3)
+                    hi.append(max(1, a.percentile(0.9)) / 1e3 - med)
+            if xs:
+                ax2.errorbar(xs, ys, yerr=[lo, hi], fmt=marker, capsize=3,
+                             fillstyle="full" if kname == "hit" else "none",
+                             color=colors[k % len(colors)], label="%s - %s" % (kname, name))
+            k += 1
     ax1.set_xscale("log")
     ax1.set_xlabel("latency (us)")
     ax1.set_ylabel("fraction of calls")
     ax1.set_title("latency CDF per API")
     ax1.grid(True, which="both", alpha=0.3)
-    if ax1.get_legend_handles_labels()[0]:
-        ax1.legend(fontsize=8)
-    ax2.set_xscale("log")
     ax2.set_yscale("log")
-    ax2.set_xlabel("bytes")
-    ax2.set_ylabel("latency (us)")
-    ax2.set_title("register latency vs size")
+    ax2.set_xticks(range(len(classes_used)))
+    ax2.set_xticklabels(classes_used)
+    ax2.set_xlim(-0.6, max(0.6, len(classes_used) - 0.4))
+    ax2.set_xlabel("register size (up to)")
+    ax2.set_ylabel("latency (us), median and p10-p90")
+    ax2.set_title("register latency by size: hits and driver registers")
     ax2.grid(True, which="both", alpha=0.3)
-    if ax2.get_legend_handles_labels()[0]:
-        ax2.legend(fontsize=8)
+    fig.suptitle(plot_title([(n, d) for n, d, _ in named]))
+    for ax in (ax1, ax2):
+        h, lab = ax.get_legend_handles_labels()
+        if h:
+            ax.legend(h, lab, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14),
+                      ncol=1 if len(h) > 4 else 1, frameon=False)
     fig.tight_layout()
     try:
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=110, bbox_inches="tight")
     except OSError as e:
         return "%s: %s" % (path, e.strerror or e)
     finally:
@@ -972,16 +2026,19 @@ def plot(runs, path):
 def build_parser():
     p = argparse.ArgumentParser(
         prog=PROG,
-        description="Report on lazypin logs: per-API and per-size latency, the pool, "
+        description="Report on lazypin logs: per-process rows (by host), per-API and per-size "
+                    "latency, the pool and what it saved, advice on what to set, call sites, "
                     "the slowest calls, errors and warnings.",
         epilog="LOG may be a file, a glob or a directory (all *.jsonl inside); several "
-               "logs (one per process of a job) are added up. Put LOG... before --compare. "
+               "logs (one per process of a job, from any number of hosts) are reported "
+               "together. Put LOG... before --compare. With --compare and one run bare "
+               "(log mode), the saving is the measured difference. "
                "Exit status: 0 report printed, 2 bad usage or unusable log.")
     p.add_argument("logs", nargs="+", metavar="LOG", help="log file, glob or directory")
     p.add_argument("--compare", nargs="+", metavar="OTHER",
                    help="compare with another run (e.g. log mode as LOG, defer mode as OTHER)")
     p.add_argument("--plot", metavar="FILE.png",
-                   help="latency CDF per API and latency vs size (needs matplotlib)")
+                   help="latency CDF per API and latency by size (needs matplotlib)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
     p.add_argument("--top", type=int, default=10, metavar="N",
                    help="how many of the slowest calls to list (default 10, 0: none)")
@@ -994,17 +2051,18 @@ def main(argv=None):
         print("%s: --top must be 0 or more" % PROG, file=sys.stderr)
         return 2
     try:
-        logs = load(args.logs)
-        other_logs = load(args.compare) if args.compare else None
+        logs = load(args.logs, args.top)
+        other_logs = load(args.compare, args.top) if args.compare else None
     except ReportError as e:
         print("%s: %s" % (PROG, e), file=sys.stderr)
         return 2
     doc = analyze(logs, args.top)
     other = analyze(other_logs, args.top) if other_logs else None
+    cmp = compare(doc, other) if other is not None else None
 
     plot_msg = None
     if args.plot:
-        runs = [("baseline", logs)] + ([("other", other_logs)] if other_logs else [])
+        runs = [(None, logs)] + ([(None, other_logs)] if other_logs else [])
         plot_msg = plot(runs, args.plot)
 
     out = sys.stdout
@@ -1012,13 +2070,13 @@ def main(argv=None):
         if args.json:
             if other is not None:
                 payload = {"lazypin_report": JSON_SCHEMA, "baseline": doc, "other": other,
-                           "comparison": compare(doc, other)}
+                           "comparison": cmp}
             else:
                 payload = doc
             json.dump(payload, out, indent=2, sort_keys=False)
             out.write("\n")
         elif other is not None:
-            out.write(render_compare(doc, other, compare(doc, other)))
+            out.write(render_compare(doc, other, cmp))
         else:
             out.write(render_text(doc, args.top))
         out.flush()
