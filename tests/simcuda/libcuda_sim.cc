@@ -21,6 +21,12 @@
 #undef cuDevicePrimaryCtxReset
 #undef cuEventDestroy
 #undef cuEventElapsedTime
+#undef cuStreamBeginCapture
+#undef cuGraphInstantiate
+#undef cuMemcpy2D
+#undef cuMemcpy2DAsync
+#undef cuMemcpy3D
+#undef cuMemcpy3DAsync
 
 #include <errno.h>
 #include <fcntl.h>
@@ -34,12 +40,16 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
+#include <signal.h>
 #include <thread>
 #include <vector>
 
@@ -58,12 +68,25 @@ struct CUctx_st {
   bool primary;
   bool alive;  // guarded by G::mu
 };
+// Work recorded by a stream capture, replayed by cuGraphLaunch on a stream.
+using GraphNode = std::function<void(CUstream)>;
 struct CUstream_st {
   uint64_t magic;
   CUcontext ctx;
   unsigned flags;
   bool alive;  // guarded by G::mu
   std::atomic<int64_t> busy_until{0};
+  // Stream capture, guarded by G::mu.
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  uint64_t capture_thread = 0;  // thread_serial() of the capturing thread
+  std::vector<GraphNode> captured;
+};
+struct CUgraph_st {
+  std::vector<GraphNode> nodes;
+};
+struct CUgraphExec_st {
+  std::vector<GraphNode> nodes;
 };
 struct CUevent_st {
   uint64_t magic;
@@ -260,6 +283,104 @@ int64_t stream_done_at(CUstream s) {
 // Copy time model (microseconds): pinned ~50 GB/s, pageable ~10 GB/s.
 double copy_us(size_t bytes, bool pinned) {
   return pinned ? 8.0 + bytes / 50000.0 : 4.0 + bytes / 10000.0;
+}
+
+// ------------------------------------------------------------ stream work ----
+// The bytes of a copy or memset move when its stream reaches it: at the
+// completion time that enqueue() gave it. Work already due when it is
+// submitted runs on the submitting thread (after any earlier due work); work
+// due later runs then on the device thread. A host-to-device copy from pinned
+// memory therefore reads the host bytes as they are at that time, and a
+// device-to-host copy into pinned memory writes them then.
+struct Work {
+  std::mutex mu;
+  std::condition_variable wake;  // the device thread: new work
+  std::condition_variable done;  // waiters: some work ran
+  std::map<std::pair<int64_t, uint64_t>, std::function<void()>> ops;  // (due, seq) -> op
+  uint64_t seq = 0;
+  int64_t running = INT64_MAX;  // due time of the op the device thread runs now
+  pid_t thread_pid = 0;         // the process whose device thread exists
+};
+Work* g_work = new Work;  // replaced in a fork child (the device thread is gone there)
+thread_local bool tls_device_thread = false;
+
+void device_thread() {
+  tls_device_thread = true;
+  Work& w = *g_work;
+  std::unique_lock<std::mutex> l(w.mu);
+  for (;;) {
+    if (w.ops.empty()) {
+      w.wake.wait(l);
+      continue;
+    }
+    auto it = w.ops.begin();
+    const int64_t due = it->first.first;
+    const int64_t n = now_ns();
+    if (due > n) {
+      w.wake.wait_for(l, std::chrono::nanoseconds(due - n));
+      continue;
+    }
+    std::function<void()> op = std::move(it->second);
+    w.ops.erase(it);
+    w.running = due;
+    l.unlock();
+    op();
+    l.lock();
+    w.running = INT64_MAX;
+    w.done.notify_all();
+  }
+}
+
+// Caller holds w.mu.
+bool ops_done_through_locked(const Work& w, int64_t t) {
+  return w.running > t && (w.ops.empty() || w.ops.begin()->first.first > t);
+}
+
+// Blocks until every op due at or before t has run.
+void wait_ops_through(int64_t t) {
+  Work& w = *g_work;
+  std::unique_lock<std::mutex> l(w.mu);
+  w.done.wait(l, [&] { return ops_done_through_locked(w, t); });
+}
+
+bool ops_done_through(int64_t t) {
+  Work& w = *g_work;
+  std::lock_guard<std::mutex> l(w.mu);
+  return ops_done_through_locked(w, t);
+}
+
+// Runs op when the device reaches time `due`.
+void run_at(int64_t due, std::function<void()> op) {
+  if (due <= now_ns()) {
+    wait_ops_through(due);
+    op();
+    return;
+  }
+  Work& w = *g_work;
+  std::lock_guard<std::mutex> l(w.mu);
+  if (w.thread_pid != getpid()) {
+    // The device thread takes no signals: the program's handlers run on its own threads.
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    std::thread(device_thread).detach();
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    w.thread_pid = getpid();
+  }
+  w.ops.emplace(std::make_pair(due, w.seq++), std::move(op));
+  w.wake.notify_one();
+}
+
+// Waits until the device has reached time t and run the work due by then.
+void wait_device_until(int64_t t) {
+  sleep_until_ns(t);
+  wait_ops_through(t);
+}
+
+// Waits for all work in flight on the device (every stream, every context).
+void wait_device_idle() {
+  G& s = g();
+  wait_device_until(std::max(s.busy_until.load(), s.barrier_until.load()));
 }
 
 // ------------------------------------------------------------- pagemap ----
@@ -558,14 +679,21 @@ void repin_all_locked(bool child) {
     if (read_pfns_locked(r.first_page, np, cur.data())) r.pfns.swap(cur);
   }
 }
-void atfork_prepare() { g().mu.lock(); }
+void atfork_prepare() {
+  g_work->mu.lock();
+  g().mu.lock();
+}
 void atfork_parent() {
   repin_all_locked(false);
   g().mu.unlock();
+  g_work->mu.unlock();
 }
+// The child has no device thread and none of the parent's work in flight: it
+// starts with an empty device timeline of its own (the old one stays locked).
 void atfork_child() {
   repin_all_locked(true);
   g().mu.unlock();
+  g_work = new Work;
 }
 
 // ------------------------------------------------------ context helpers ----
@@ -648,36 +776,174 @@ bool valid_stream_locked(CUstream s) {
   return g().streams.count(s) != 0 && s->alive;
 }
 
-// The generic copy engine: classify both sides, check stale registrations on
-// the host sides, copy, and account the simulated time.
-CUresult do_copy(uintptr_t dst, uintptr_t src, size_t n, CUstream stream, bool async,
-                 int want_dst_dev, int want_src_dev) {
+// ------------------------------------------------------ stream capture ----
+// Measured on the H200: while a thread captures in global mode, a
+// potentially unsafe call (cuMemHostUnregister, ...) from a thread in global
+// mode is refused with 900 and invalidates that capture (its end gives 901);
+// a thread in relaxed mode may make it and the capture survives.
+// cuCtxSynchronize invalidates a capture in progress even in relaxed mode.
+thread_local CUstreamCaptureMode tls_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+uint64_t thread_serial() {
+  static std::atomic<uint64_t> next{1};
+  thread_local uint64_t id = next++;
+  return id;
+}
+
+bool capturing(CUstream s) {
+  return !is_legacy(s) && s->capture != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+// Refuses a potentially unsafe call (900) that a capture in progress forbids
+// to this thread, and invalidates that capture. `always`: any capture in
+// progress forbids it, whatever the thread's mode (a device-wide synchronize).
+CUresult capture_guard(bool always = false) {
+  G& st = g();
+  const uint64_t me = thread_serial();
+  const CUstreamCaptureMode mode = tls_capture_mode;
+  std::lock_guard<std::mutex> l(st.mu);
+  bool refused = false;
+  for (CUstream_st* s : st.streams) {
+    if (s->capture != CU_STREAM_CAPTURE_STATUS_ACTIVE) continue;
+    bool forbids = always;
+    if (mode == CU_STREAM_CAPTURE_MODE_GLOBAL)
+      forbids |= s->capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL ||
+                 (s->capture_thread == me && s->capture_mode != CU_STREAM_CAPTURE_MODE_RELAXED);
+    if (mode == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+      forbids |= s->capture_thread == me && s->capture_mode != CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (forbids) {
+      s->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+      refused = true;
+    }
+  }
+  return refused ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
+
+// Records `node` if s is capturing (the work does not run now). Returns
+// false when s is not capturing. Caller holds mu.
+bool record_if_capturing_locked(CUstream s, GraphNode node) {
+  if (!capturing(s)) return false;
+  if (s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) s->captured.push_back(std::move(node));
+  return true;
+}
+
+// ----------------------------------------------------------- copy engine ----
+// One contiguous piece of a copy (a 2D/3D copy is one per row).
+struct Seg {
+  uintptr_t dst, src;
+  size_t n;
+};
+
+enum class Mem { kAny, kHost, kDevice };  // what the caller says a side is
+
+// The host pages of a pinned side, checked when the DMA runs: pages that are
+// no longer mapped (or, with stale detection, no longer the registered
+// frames) are not the program's memory any more, so the DMA's bytes do not
+// reach it (with a stale report). Returns false when the piece must be skipped.
+bool dma_target_ok(uintptr_t h, size_t n) {
+  uintptr_t first = h & ~(uintptr_t)(kPage - 1);
+  size_t np = page_count(h, n);
+  std::vector<unsigned char> vec(np);
+  if (mincore(reinterpret_cast<void*>(first), np * kPage, vec.data()) != 0) return false;
+  std::vector<StaleHit> hits;
+  {
+    std::lock_guard<std::mutex> l(g().mu);
+    check_range_locked(h, n, hits);
+  }
+  if (hits.empty()) return true;
+  report_stale(hits);  // aborts unless SIMCUDA_STALE=count
+  return false;
+}
+
+// The copy engine. Pinned host memory (inside one registration, as the
+// driver sees it) is copied when the stream reaches the copy. Pageable host
+// memory behaves as measured on the H200: a host-to-device copy takes the
+// source's bytes at the call (staged) and returns, a device-to-host copy
+// returns once complete. Synchronous copies return once complete.
+CUresult copy_engine(std::vector<Seg> segs, CUstream stream, bool async, Mem dst_mem,
+                     Mem src_mem) {
   CUresult rc = need_ctx();
   if (rc != CUDA_SUCCESS) return rc;
-  if (n == 0) return CUDA_SUCCESS;
-  if (dst == 0 || src == 0) return CUDA_ERROR_INVALID_VALUE;
+  size_t total = 0;
+  for (const Seg& x : segs) {
+    if (x.n == 0) continue;
+    if (x.dst == 0 || x.src == 0) return CUDA_ERROR_INVALID_VALUE;
+    total += x.n;
+  }
+  if (total == 0) return CUDA_SUCCESS;
   std::vector<StaleHit> hits;
-  bool pinned = false;
+  bool dst_dev = true, src_dev = true, dst_pinned = true, src_pinned = true;
   {
     std::lock_guard<std::mutex> l(g().mu);
     if (!valid_stream_locked(stream)) return CUDA_ERROR_INVALID_HANDLE;
-    bool dd = in_dev_locked(dst, n), sd = in_dev_locked(src, n);
-    if (want_dst_dev == 1 && !dd) return CUDA_ERROR_INVALID_VALUE;
-    if (want_src_dev == 1 && !sd) return CUDA_ERROR_INVALID_VALUE;
-    if (!dd) {
-      pinned |= find_reg_locked(dst) != g().regs.end();
-      check_range_locked(dst, n, hits);
+    for (const Seg& x : segs) {
+      if (x.n == 0) continue;
+      bool dd = in_dev_locked(x.dst, x.n), sd = in_dev_locked(x.src, x.n);
+      if (dst_mem == Mem::kDevice && !dd) return CUDA_ERROR_INVALID_VALUE;
+      if (src_mem == Mem::kDevice && !sd) return CUDA_ERROR_INVALID_VALUE;
+      if (dst_mem == Mem::kHost) dd = false;
+      if (src_mem == Mem::kHost) sd = false;
+      dst_dev &= dd;
+      src_dev &= sd;
+      auto inside = [&](uintptr_t h) {
+        auto it = find_reg_locked(h);
+        return it != g().regs.end() && h + x.n <= it->first + it->second.bytes;
+      };
+      if (!dd) {
+        dst_pinned &= inside(x.dst);
+        check_range_locked(x.dst, x.n, hits);
+      }
+      if (!sd) {
+        src_pinned &= inside(x.src);
+        check_range_locked(x.src, x.n, hits);
+      }
     }
-    if (!sd) {
-      pinned |= find_reg_locked(src) != g().regs.end();
-      check_range_locked(src, n, hits);
+    if (async) {
+      std::vector<Seg> again = segs;
+      if (record_if_capturing_locked(stream, [again, dst_mem, src_mem](CUstream s) {
+            copy_engine(again, s, true, dst_mem, src_mem);
+          }))
+        return CUDA_SUCCESS;
     }
   }
   if (!hits.empty()) report_stale(hits);
-  std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
-  int64_t end = enqueue(stream, cost_ns(copy_us(n, pinned)));
-  if (!async) sleep_until_ns(end);
+  const bool host_dst = !dst_dev, host_src = !src_dev;
+  const bool pinned = (!host_dst || dst_pinned) && (!host_src || src_pinned);
+  bool wait = !async || (host_dst && host_src);  // host to host: done on return
+  std::shared_ptr<std::vector<unsigned char>> staged;
+  if (host_src && !host_dst && !src_pinned) {
+    // Pageable source: staged now, so the device gets the bytes as of the call.
+    staged = std::make_shared<std::vector<unsigned char>>(total);
+    size_t off = 0;
+    for (Seg& x : segs) {
+      if (x.n == 0) continue;
+      std::memcpy(staged->data() + off, reinterpret_cast<const void*>(x.src), x.n);
+      x.src = reinterpret_cast<uintptr_t>(staged->data() + off);
+      off += x.n;
+    }
+  }
+  if (host_dst && !dst_pinned) wait = true;  // pageable destination: complete on return
+  int64_t end = enqueue(stream, cost_ns(copy_us(total, pinned)));
+  const bool check_dst = host_dst && dst_pinned, check_src = host_src && src_pinned && !staged;
+  run_at(end, [segs = std::move(segs), staged, check_dst, check_src] {
+    // Checked above when it runs at once; when it runs later the memory may
+    // have changed since.
+    const bool later = tls_device_thread;
+    for (const Seg& x : segs) {
+      if (x.n == 0) continue;
+      if (later && check_dst && !dma_target_ok(x.dst, x.n)) continue;
+      if (later && check_src && !dma_target_ok(x.src, x.n)) continue;
+      std::memmove(reinterpret_cast<void*>(x.dst), reinterpret_cast<const void*>(x.src), x.n);
+    }
+  });
+  if (wait) wait_device_until(end);
   return CUDA_SUCCESS;
+}
+
+CUresult do_copy(uintptr_t dst, uintptr_t src, size_t n, CUstream stream, bool async,
+                 int want_dst_dev, int want_src_dev) {
+  auto mem = [](int want) { return want == 1 ? Mem::kDevice : want == 0 ? Mem::kHost : Mem::kAny; };
+  return copy_engine({Seg{dst, src, n}}, stream, async, mem(want_dst_dev), mem(want_src_dev));
 }
 
 CUresult memset_impl(CUdeviceptr d, unsigned char v, size_t n, CUstream s, bool async) {
@@ -688,10 +954,14 @@ CUresult memset_impl(CUdeviceptr d, unsigned char v, size_t n, CUstream s, bool 
     std::lock_guard<std::mutex> l(g().mu);
     if (!valid_stream_locked(s)) return CUDA_ERROR_INVALID_HANDLE;
     if (!in_dev_locked(d, n)) return CUDA_ERROR_INVALID_VALUE;
+    if (async && record_if_capturing_locked(s, [d, v, n](CUstream st) {
+          memset_impl(d, v, n, st, true);
+        }))
+      return CUDA_SUCCESS;
   }
-  std::memset(reinterpret_cast<void*>(d), v, n);
   int64_t end = enqueue(s, cost_ns(2.0 + n / 1000000.0));
-  if (!async) sleep_until_ns(end);
+  run_at(end, [d, v, n] { std::memset(reinterpret_cast<void*>(d), v, n); });
+  if (!async) wait_device_until(end);
   return CUDA_SUCCESS;
 }
 
@@ -757,6 +1027,13 @@ const ErrName kErrors[] = {
     {CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED",
      "pointer does not correspond to a registered memory region"},
     {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+    {CUDA_ERROR_ILLEGAL_STATE, "CUDA_ERROR_ILLEGAL_STATE", "the operation is not permitted when the stream is capturing"},
+    {CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
+     "operation not permitted when stream is capturing"},
+    {CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
+     "operation failed due to a previous error during capture"},
+    {CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD",
+     "attempt to terminate a thread-local capture sequence from another thread"},
     {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
 
@@ -780,6 +1057,7 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev);
 CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev);
 CUresult CUDAAPI cuEventDestroy(CUevent hEvent);
 CUresult CUDAAPI cuEventElapsedTime(float* ms, CUevent a, CUevent b);
+CUresult CUDAAPI cuStreamBeginCapture(CUstream s);
 
 // Sim-only diagnostics (dlsym them from tests).
 SIMCUDA_EXPORT unsigned long simcuda_stale_count(void);
@@ -912,9 +1190,14 @@ API CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
 API CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   if (CUresult rc = need_init()) return rc;
   if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
-  std::lock_guard<std::mutex> l(g().mu);
+  std::unique_lock<std::mutex> l(g().mu);
   if (g().primary_refcount <= 0) return CUDA_ERROR_INVALID_CONTEXT;
-  if (--g().primary_refcount == 0) destroy_ctx_locked(&g().primary);
+  if (--g().primary_refcount == 0) {
+    l.unlock();
+    wait_device_idle();  // the context's work completes before it goes
+    l.lock();
+    if (g().primary_refcount == 0 && g().primary.alive) destroy_ctx_locked(&g().primary);
+  }
   return CUDA_SUCCESS;
 }
 API CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) {
@@ -924,7 +1207,7 @@ API CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) {
 API CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   if (CUresult rc = need_init()) return rc;
   if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
-  sleep_until_ns(g().busy_until.load());  // a reset waits for outstanding work
+  wait_device_idle();  // a reset waits for outstanding work
   std::lock_guard<std::mutex> l(g().mu);
   if (g().primary.alive) destroy_ctx_locked(&g().primary);
   g().primary_refcount = 0;
@@ -970,6 +1253,7 @@ API CUresult CUDAAPI cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams*, unsigne
 
 API CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx) {
   if (CUresult rc = need_init()) return rc;
+  wait_device_idle();  // the context's work completes before it goes
   {
     std::lock_guard<std::mutex> l(g().mu);
     if (!valid_ctx_locked(ctx) || ctx->primary || !ctx->alive) return CUDA_ERROR_INVALID_CONTEXT;
@@ -1034,15 +1318,17 @@ API CUresult CUDAAPI cuCtxGetDevice(CUdevice* dev) {
 
 API CUresult CUDAAPI cuCtxSynchronize(void) {
   if (CUresult rc = need_ctx()) return rc;
-  sleep_until_ns(std::max(g().busy_until.load(), g().barrier_until.load()));
+  if (CUresult rc = capture_guard(true)) return rc;
+  wait_device_idle();
   return CUDA_SUCCESS;
 }
 
-// No stream capture is simulated; the mode is kept per thread, as the driver does.
 API CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
-  static thread_local CUstreamCaptureMode current = CU_STREAM_CAPTURE_MODE_GLOBAL;
   if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::swap(*mode, current);
+  if (*mode != CU_STREAM_CAPTURE_MODE_GLOBAL && *mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+      *mode != CU_STREAM_CAPTURE_MODE_RELAXED)
+    return CUDA_ERROR_INVALID_VALUE;
+  std::swap(*mode, tls_capture_mode);
   return CUDA_SUCCESS;
 }
 
@@ -1057,6 +1343,7 @@ API CUresult CUDAAPI cuMemHostRegister(void* p, size_t bytesize, unsigned int Fl
 API CUresult CUDAAPI cuMemHostUnregister(void* p) {
   G& s = g();
   if (CUresult rc = need_ctx()) return rc;
+  if (CUresult rc = capture_guard()) return rc;
   if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
   size_t bytes = 0;
   {
@@ -1073,9 +1360,11 @@ API CUresult CUDAAPI cuMemHostUnregister(void* p) {
   // other submitter meanwhile: raise the barrier, then wait it out.
   double mib = bytes / 1048576.0;
   int64_t cost = cost_ns(43.0 + 14.0 * mib);
-  int64_t until = std::max(now_ns(), s.busy_until.load()) + cost;
+  const int64_t in_flight = s.busy_until.load();
+  int64_t until = std::max(now_ns(), in_flight) + cost;
   atomic_max(s.barrier_until, until);
   sleep_until_ns(until);
+  wait_ops_through(in_flight);
   return CUDA_SUCCESS;
 }
 
@@ -1124,6 +1413,7 @@ API CUresult CUDAAPI cuMemAllocHost_v2(void** pp, size_t bytes) { return cuMemHo
 
 API CUresult CUDAAPI cuMemFreeHost(void* p) {
   if (CUresult rc = need_ctx()) return rc;
+  if (CUresult rc = capture_guard()) return rc;
   G& s = g();
   size_t len = 0;
   {
@@ -1133,7 +1423,7 @@ API CUresult CUDAAPI cuMemFreeHost(void* p) {
     len = it->second.bytes;
     erase_reg_locked(it, false);
   }
-  sleep_until_ns(s.busy_until.load());
+  wait_device_idle();  // like cuMemHostUnregister: all work in flight
   raw_munmap(p, len);
   return CUDA_SUCCESS;
 }
@@ -1158,6 +1448,7 @@ API CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
 
 API CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
   if (CUresult rc = need_ctx()) return rc;
+  if (CUresult rc = capture_guard()) return rc;
   G& s = g();
   size_t len = 0;
   {
@@ -1167,7 +1458,7 @@ API CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
     len = it->second.mapped;
     s.dev.erase(it);
   }
-  sleep_until_ns(s.busy_until.load());  // cuMemFree synchronizes
+  wait_device_idle();  // cuMemFree synchronizes
   raw_munmap(reinterpret_cast<void*>(dptr), len);
   return CUDA_SUCCESS;
 }
@@ -1192,6 +1483,62 @@ API CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size
 }
 API CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, CUstream s) {
   return do_copy(reinterpret_cast<uintptr_t>(dst), src, n, s, true, 0, 1);
+}
+namespace {
+// One side of a 2D/3D copy: its base address and the Mem the caller gave.
+bool side(CUmemorytype t, const void* host, CUdeviceptr dev, uintptr_t* base, Mem* mem) {
+  switch (t) {
+    case CU_MEMORYTYPE_HOST: *base = reinterpret_cast<uintptr_t>(host); *mem = Mem::kHost; return true;
+    case CU_MEMORYTYPE_DEVICE: *base = dev; *mem = Mem::kDevice; return true;
+    case CU_MEMORYTYPE_UNIFIED: *base = dev; *mem = Mem::kAny; return true;
+    default: return false;  // CUDA arrays are not simulated
+  }
+}
+
+CUresult copy3d(const CUDA_MEMCPY3D* c, CUstream s, bool async) {
+  if (!c) return CUDA_ERROR_INVALID_VALUE;
+  uintptr_t sb = 0, db = 0;
+  Mem sm, dm;
+  if (!side(c->srcMemoryType, c->srcHost, c->srcDevice, &sb, &sm) ||
+      !side(c->dstMemoryType, c->dstHost, c->dstDevice, &db, &dm))
+    return CUDA_ERROR_INVALID_VALUE;
+  const size_t w = c->WidthInBytes, h = c->Height, d = c->Depth;
+  const size_t sp = c->srcPitch ? c->srcPitch : w, dp = c->dstPitch ? c->dstPitch : w;
+  const size_t sh = c->srcHeight ? c->srcHeight : h, dh = c->dstHeight ? c->dstHeight : h;
+  if ((h > 1 || d > 1) && (sp < w + c->srcXInBytes || dp < w + c->dstXInBytes))
+    return CUDA_ERROR_INVALID_VALUE;
+  if (d > 1 && (sh < h + c->srcY || dh < h + c->dstY)) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<Seg> segs;
+  segs.reserve(h * d);
+  for (size_t z = 0; z < d; ++z)
+    for (size_t y = 0; y < h; ++y)
+      segs.push_back({db + (c->dstZ + z) * dh * dp + (c->dstY + y) * dp + c->dstXInBytes,
+                      sb + (c->srcZ + z) * sh * sp + (c->srcY + y) * sp + c->srcXInBytes, w});
+  return copy_engine(std::move(segs), s, async, dm, sm);
+}
+
+CUresult copy2d(const CUDA_MEMCPY2D* c, CUstream s, bool async) {
+  if (!c) return CUDA_ERROR_INVALID_VALUE;
+  CUDA_MEMCPY3D t;
+  std::memset(&t, 0, sizeof t);
+  t.srcXInBytes = c->srcXInBytes, t.srcY = c->srcY, t.srcMemoryType = c->srcMemoryType;
+  t.srcHost = c->srcHost, t.srcDevice = c->srcDevice, t.srcArray = c->srcArray;
+  t.srcPitch = c->srcPitch;
+  t.dstXInBytes = c->dstXInBytes, t.dstY = c->dstY, t.dstMemoryType = c->dstMemoryType;
+  t.dstHost = c->dstHost, t.dstDevice = c->dstDevice, t.dstArray = c->dstArray;
+  t.dstPitch = c->dstPitch;
+  t.WidthInBytes = c->WidthInBytes, t.Height = c->Height, t.Depth = 1;
+  return copy3d(&t, s, async);
+}
+}  // namespace
+
+API CUresult CUDAAPI cuMemcpy2D_v2(const CUDA_MEMCPY2D* c) { return copy2d(c, nullptr, false); }
+API CUresult CUDAAPI cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D* c, CUstream s) {
+  return copy2d(c, s, true);
+}
+API CUresult CUDAAPI cuMemcpy3D_v2(const CUDA_MEMCPY3D* c) { return copy3d(c, nullptr, false); }
+API CUresult CUDAAPI cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D* c, CUstream s) {
+  return copy3d(c, s, true);
 }
 API CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) {
   return memset_impl(d, v, n, nullptr, false);
@@ -1331,23 +1678,111 @@ API CUresult CUDAAPI cuStreamDestroy_v2(CUstream s) {
 }
 API CUresult CUDAAPI cuStreamDestroy(CUstream s) { return cuStreamDestroy_v2(s); }
 
-API CUresult CUDAAPI cuStreamSynchronize(CUstream s) {
-  if (CUresult rc = need_ctx()) return rc;
-  {
-    std::lock_guard<std::mutex> l(g().mu);
-    if (!valid_stream_locked(s)) return CUDA_ERROR_INVALID_HANDLE;
+// Synchronizing with or querying a stream that is capturing is refused and
+// invalidates the capture.
+CUresult stream_check(CUstream s) {
+  std::lock_guard<std::mutex> l(g().mu);
+  if (!valid_stream_locked(s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (capturing(s)) {
+    s->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   }
-  sleep_until_ns(std::max(stream_done_at(s), g().barrier_until.load()));
   return CUDA_SUCCESS;
 }
 
+API CUresult CUDAAPI cuStreamSynchronize(CUstream s) {
+  if (CUresult rc = need_ctx()) return rc;
+  if (CUresult rc = stream_check(s)) return rc;
+  wait_device_until(std::max(stream_done_at(s), g().barrier_until.load()));
+  return CUDA_SUCCESS;
+}
+
+// 600 while any of the stream's work is in flight (not yet reached or not yet run).
 API CUresult CUDAAPI cuStreamQuery(CUstream s) {
   if (CUresult rc = need_ctx()) return rc;
+  if (CUresult rc = stream_check(s)) return rc;
+  const int64_t t = stream_done_at(s);
+  return now_ns() >= t && ops_done_through(t) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+// ---------------------------------------------------------- capture API ----
+API CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode) {
+  if (CUresult rc = need_ctx()) return rc;
+  if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+      mode != CU_STREAM_CAPTURE_MODE_RELAXED)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (is_legacy(s)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  std::lock_guard<std::mutex> l(g().mu);
+  if (!valid_stream_locked(s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_ILLEGAL_STATE;
+  s->capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  s->capture_mode = mode;
+  s->capture_thread = thread_serial();
+  s->captured.clear();
+  return CUDA_SUCCESS;
+}
+API CUresult CUDAAPI cuStreamBeginCapture(CUstream s) {
+  return cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+}
+
+API CUresult CUDAAPI cuStreamEndCapture(CUstream s, CUgraph* graph) {
+  if (CUresult rc = need_ctx()) return rc;
+  if (!graph) return CUDA_ERROR_INVALID_VALUE;
+  *graph = nullptr;
+  if (is_legacy(s)) return CUDA_ERROR_ILLEGAL_STATE;
+  std::lock_guard<std::mutex> l(g().mu);
+  if (!valid_stream_locked(s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (s->capture == CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_ILLEGAL_STATE;
+  if (s->capture_mode != CU_STREAM_CAPTURE_MODE_RELAXED && s->capture_thread != thread_serial())
+    return CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
+  const bool invalidated = s->capture == CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+  s->capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  std::vector<GraphNode> nodes = std::move(s->captured);
+  s->captured.clear();
+  if (invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  *graph = new CUgraph_st{std::move(nodes)};
+  return CUDA_SUCCESS;
+}
+
+API CUresult CUDAAPI cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus* status) {
+  if (CUresult rc = need_ctx()) return rc;
+  if (!status) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> l(g().mu);
+  if (!valid_stream_locked(s)) return CUDA_ERROR_INVALID_HANDLE;
+  *status = is_legacy(s) ? CU_STREAM_CAPTURE_STATUS_NONE : s->capture;
+  return CUDA_SUCCESS;
+}
+
+API CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph,
+                                                 unsigned long long flags) {
+  (void)flags;
+  if (CUresult rc = need_ctx()) return rc;
+  if (!exec || !graph) return CUDA_ERROR_INVALID_VALUE;
+  *exec = new CUgraphExec_st{graph->nodes};
+  return CUDA_SUCCESS;
+}
+
+API CUresult CUDAAPI cuGraphLaunch(CUgraphExec exec, CUstream s) {
+  if (CUresult rc = need_ctx()) return rc;
+  if (!exec) return CUDA_ERROR_INVALID_VALUE;
   {
     std::lock_guard<std::mutex> l(g().mu);
     if (!valid_stream_locked(s)) return CUDA_ERROR_INVALID_HANDLE;
   }
-  return now_ns() >= stream_done_at(s) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+  for (const GraphNode& n : exec->nodes) n(s);
+  return CUDA_SUCCESS;
+}
+
+API CUresult CUDAAPI cuGraphDestroy(CUgraph graph) {
+  if (!graph) return CUDA_ERROR_INVALID_VALUE;
+  delete graph;
+  return CUDA_SUCCESS;
+}
+
+API CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec exec) {
+  if (!exec) return CUDA_ERROR_INVALID_VALUE;
+  delete exec;
+  return CUDA_SUCCESS;
 }
 
 API CUresult CUDAAPI cuEventCreate(CUevent* pe, unsigned int flags) {
@@ -1386,13 +1821,14 @@ API CUresult CUDAAPI cuEventQuery(CUevent e) {
   if (CUresult rc = need_ctx()) return rc;
   if (!valid_event(e)) return CUDA_ERROR_INVALID_HANDLE;
   if (!e->recorded) return CUDA_SUCCESS;
-  return now_ns() >= e->t.load() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+  const int64_t t = e->t.load();
+  return now_ns() >= t && ops_done_through(t) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 API CUresult CUDAAPI cuEventSynchronize(CUevent e) {
   if (CUresult rc = need_ctx()) return rc;
   if (!valid_event(e)) return CUDA_ERROR_INVALID_HANDLE;
-  if (e->recorded) sleep_until_ns(e->t.load());
+  if (e->recorded) wait_device_until(e->t.load());
   return CUDA_SUCCESS;
 }
 
@@ -1450,6 +1886,8 @@ API CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int 
   {
     std::lock_guard<std::mutex> l(g().mu);
     if (!valid_stream_locked(s)) return CUDA_ERROR_INVALID_HANDLE;
+    if (record_if_capturing_locked(s, [](CUstream st) { enqueue(st, cost_ns(g().kernel_us.load())); }))
+      return CUDA_SUCCESS;
   }
   enqueue(s, cost_ns(g().kernel_us.load()));
   return CUDA_SUCCESS;
@@ -1535,6 +1973,10 @@ const ProcEntry kProcs[] = {
     P("cuMemcpyHtoDAsync", 3020, cuMemcpyHtoDAsync_v2),
     P("cuMemcpyDtoHAsync", 3020, cuMemcpyDtoHAsync_v2),
     P("cuMemcpy", 4000, cuMemcpy),
+    P("cuMemcpy2D", 3020, cuMemcpy2D_v2),
+    P("cuMemcpy2DAsync", 3020, cuMemcpy2DAsync_v2),
+    P("cuMemcpy3D", 3020, cuMemcpy3D_v2),
+    P("cuMemcpy3DAsync", 3020, cuMemcpy3DAsync_v2),
     P("cuMemcpyAsync", 4000, cuMemcpyAsync),
     P("cuMemsetD8", 3020, cuMemsetD8_v2),
     P("cuMemsetD8Async", 3020, cuMemsetD8Async),
@@ -1546,6 +1988,15 @@ const ProcEntry kProcs[] = {
     P("cuStreamSynchronize", 2000, cuStreamSynchronize),
     P("cuStreamQuery", 2000, cuStreamQuery),
     P("cuStreamWaitEvent", 3020, cuStreamWaitEvent),
+    P("cuStreamBeginCapture", 10000, cuStreamBeginCapture),
+    P("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2),
+    P("cuStreamEndCapture", 10000, cuStreamEndCapture),
+    P("cuStreamIsCapturing", 10000, cuStreamIsCapturing),
+    P("cuGraphInstantiate", 11040, cuGraphInstantiateWithFlags),
+    P("cuGraphInstantiateWithFlags", 11040, cuGraphInstantiateWithFlags),
+    P("cuGraphLaunch", 10000, cuGraphLaunch),
+    P("cuGraphDestroy", 10000, cuGraphDestroy),
+    P("cuGraphExecDestroy", 10000, cuGraphExecDestroy),
     P("cuEventCreate", 2000, cuEventCreate),
     P("cuEventRecord", 2000, cuEventRecord),
     P("cuEventQuery", 2000, cuEventQuery),

@@ -25,6 +25,12 @@
 #include "simcuda_common.h"
 
 #undef cuGetProcAddress
+#undef cuMemcpy2D
+#undef cuMemcpy2DAsync
+#undef cuMemcpy3D
+#undef cuMemcpy3DAsync
+#undef cuStreamBeginCapture
+#undef cuGraphInstantiate
 
 namespace {
 
@@ -71,7 +77,19 @@ namespace {
   X(cuEventSynchronize, 2000)                                     \
   X(cuEventElapsedTime_v2, 12080)                                 \
   X(cuEventDestroy_v2, 4000)                                      \
-  X(cuLaunchKernel, 4000)
+  X(cuLaunchKernel, 4000)                                         \
+  X(cuMemcpy2D_v2, 3020)                                          \
+  X(cuMemcpy2DAsync_v2, 3020)                                     \
+  X(cuMemcpy3D_v2, 3020)                                          \
+  X(cuMemcpy3DAsync_v2, 3020)                                     \
+  X(cuThreadExchangeStreamCaptureMode, 10010)                     \
+  X(cuStreamBeginCapture_v2, 10010)                               \
+  X(cuStreamEndCapture, 10000)                                    \
+  X(cuStreamIsCapturing, 10000)                                   \
+  X(cuGraphInstantiateWithFlags, 11040)                           \
+  X(cuGraphLaunch, 10000)                                         \
+  X(cuGraphDestroy, 10000)                                        \
+  X(cuGraphExecDestroy, 10000)
 
 // The getter is asked for the base name (no _vN suffix), like the real one.
 std::string base_name(const char* sym) {
@@ -257,6 +275,14 @@ const RtErr kRtErrors[] = {
      "pointer does not correspond to a registered memory region"},
     {cudaErrorLaunchFailure, "cudaErrorLaunchFailure", "unspecified launch failure"},
     {cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported"},
+    {cudaErrorIllegalState, "cudaErrorIllegalState", "the operation is not permitted when the stream is capturing"},
+    {cudaErrorStreamCaptureUnsupported, "cudaErrorStreamCaptureUnsupported",
+     "operation not permitted when stream is capturing"},
+    {cudaErrorStreamCaptureInvalidated, "cudaErrorStreamCaptureInvalidated",
+     "operation failed due to a previous error during capture"},
+    {cudaErrorStreamCaptureWrongThread, "cudaErrorStreamCaptureWrongThread",
+     "attempt to terminate a thread-local capture sequence from another thread"},
+    {cudaErrorInvalidPitchValue, "cudaErrorInvalidPitchValue", "invalid pitch argument"},
     {cudaErrorUnknown, "cudaErrorUnknown", "unknown error"},
 };
 
@@ -534,6 +560,89 @@ cudaError_t CUDARTAPI cudaMemcpyAsync(void* dst, const void* src, size_t count,
   return rec(conv(D().cuMemcpyAsync(dp(dst), dp(src), count, stream)));
 }
 
+namespace {
+// The driver's memory types for a runtime copy kind (UNIFIED: by address).
+bool kind_types(cudaMemcpyKind kind, CUmemorytype* src, CUmemorytype* dst) {
+  switch (kind) {
+    case cudaMemcpyHostToHost: *src = *dst = CU_MEMORYTYPE_HOST; return true;
+    case cudaMemcpyHostToDevice: *src = CU_MEMORYTYPE_HOST, *dst = CU_MEMORYTYPE_DEVICE; return true;
+    case cudaMemcpyDeviceToHost: *src = CU_MEMORYTYPE_DEVICE, *dst = CU_MEMORYTYPE_HOST; return true;
+    case cudaMemcpyDeviceToDevice: *src = *dst = CU_MEMORYTYPE_DEVICE; return true;
+    case cudaMemcpyDefault: *src = *dst = CU_MEMORYTYPE_UNIFIED; return true;
+    default: return false;
+  }
+}
+
+void set_side(CUmemorytype t, const void* p, CUmemorytype* type, const void** host,
+              CUdeviceptr* dev) {
+  *type = t;
+  if (t == CU_MEMORYTYPE_HOST)
+    *host = p;
+  else
+    *dev = dp(p);
+}
+
+cudaError_t memcpy2d(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                     size_t height, cudaMemcpyKind kind, cudaStream_t s, bool async) {
+  NEED_CTX();
+  CUDA_MEMCPY2D c;
+  std::memset(&c, 0, sizeof c);
+  CUmemorytype st, dt;
+  if (!kind_types(kind, &st, &dt)) return rec(cudaErrorInvalidMemcpyDirection);
+  if (width == 0 || height == 0) return cudaSuccess;
+  if (height > 1 && (spitch < width || dpitch < width)) return rec(cudaErrorInvalidPitchValue);
+  set_side(st, src, &c.srcMemoryType, &c.srcHost, &c.srcDevice);
+  void* dh = nullptr;
+  set_side(dt, dst, &c.dstMemoryType, const_cast<const void**>(&dh), &c.dstDevice);
+  c.dstHost = dh;
+  c.srcPitch = spitch;
+  c.dstPitch = dpitch;
+  c.WidthInBytes = width;
+  c.Height = height;
+  return rec(conv(async ? D().cuMemcpy2DAsync_v2(&c, s) : D().cuMemcpy2D_v2(&c)));
+}
+
+cudaError_t memcpy3d(const cudaMemcpy3DParms* p, cudaStream_t s, bool async) {
+  if (!p) return rec(cudaErrorInvalidValue);
+  NEED_CTX();
+  if (p->srcArray || p->dstArray) return rec(cudaErrorInvalidValue);  // arrays: not simulated
+  CUmemorytype st, dt;
+  if (!kind_types(p->kind, &st, &dt)) return rec(cudaErrorInvalidMemcpyDirection);
+  if (p->extent.width == 0 || p->extent.height == 0 || p->extent.depth == 0) return cudaSuccess;
+  CUDA_MEMCPY3D c;
+  std::memset(&c, 0, sizeof c);
+  set_side(st, p->srcPtr.ptr, &c.srcMemoryType, &c.srcHost, &c.srcDevice);
+  void* dh = nullptr;
+  set_side(dt, p->dstPtr.ptr, &c.dstMemoryType, const_cast<const void**>(&dh), &c.dstDevice);
+  c.dstHost = dh;
+  c.srcXInBytes = p->srcPos.x, c.srcY = p->srcPos.y, c.srcZ = p->srcPos.z;
+  c.dstXInBytes = p->dstPos.x, c.dstY = p->dstPos.y, c.dstZ = p->dstPos.z;
+  c.srcPitch = p->srcPtr.pitch, c.srcHeight = p->srcPtr.ysize;
+  c.dstPitch = p->dstPtr.pitch, c.dstHeight = p->dstPtr.ysize;
+  c.WidthInBytes = p->extent.width, c.Height = p->extent.height, c.Depth = p->extent.depth;
+  return rec(conv(async ? D().cuMemcpy3DAsync_v2(&c, s) : D().cuMemcpy3D_v2(&c)));
+}
+}  // namespace
+
+cudaError_t CUDARTAPI cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch,
+                                   size_t width, size_t height, enum cudaMemcpyKind kind) {
+  return memcpy2d(dst, dpitch, src, spitch, width, height, kind, nullptr, false);
+}
+
+cudaError_t CUDARTAPI cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch,
+                                        size_t width, size_t height, enum cudaMemcpyKind kind,
+                                        cudaStream_t stream) {
+  return memcpy2d(dst, dpitch, src, spitch, width, height, kind, stream, true);
+}
+
+cudaError_t CUDARTAPI cudaMemcpy3D(const struct cudaMemcpy3DParms* p) {
+  return memcpy3d(p, nullptr, false);
+}
+
+cudaError_t CUDARTAPI cudaMemcpy3DAsync(const struct cudaMemcpy3DParms* p, cudaStream_t stream) {
+  return memcpy3d(p, stream, true);
+}
+
 cudaError_t CUDARTAPI cudaMemset(void* p, int value, size_t count) {
   NEED_CTX();
   return rec(conv(D().cuMemsetD8_v2(dp(p), static_cast<unsigned char>(value), count)));
@@ -572,6 +681,56 @@ cudaError_t CUDARTAPI cudaStreamQuery(cudaStream_t s) {
   CUresult rc = D().cuStreamQuery(s);
   if (rc == CUDA_ERROR_NOT_READY) return cudaErrorNotReady;  // not a sticky error
   return rec(conv(rc));
+}
+
+// ------------------------------------------------------ stream capture ----
+cudaError_t CUDARTAPI cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode* mode) {
+  if (!mode) return rec(cudaErrorInvalidValue);
+  NEED_DRIVER();
+  return rec(conv(D().cuThreadExchangeStreamCaptureMode(reinterpret_cast<CUstreamCaptureMode*>(mode))));
+}
+
+cudaError_t CUDARTAPI cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode) {
+  NEED_CTX();
+  return rec(conv(D().cuStreamBeginCapture_v2(s, static_cast<CUstreamCaptureMode>(mode))));
+}
+
+cudaError_t CUDARTAPI cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
+  if (!graph) return rec(cudaErrorInvalidValue);
+  NEED_CTX();
+  return rec(conv(D().cuStreamEndCapture(s, graph)));
+}
+
+cudaError_t CUDARTAPI cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus* status) {
+  if (!status) return rec(cudaErrorInvalidValue);
+  NEED_CTX();
+  return rec(conv(D().cuStreamIsCapturing(s, reinterpret_cast<CUstreamCaptureStatus*>(status))));
+}
+
+cudaError_t CUDARTAPI cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph,
+                                           unsigned long long flags) {
+  NEED_CTX();
+  return rec(conv(D().cuGraphInstantiateWithFlags(exec, graph, flags)));
+}
+
+cudaError_t CUDARTAPI cudaGraphInstantiateWithFlags(cudaGraphExec_t* exec, cudaGraph_t graph,
+                                                    unsigned long long flags) {
+  return cudaGraphInstantiate(exec, graph, flags);
+}
+
+cudaError_t CUDARTAPI cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+  NEED_CTX();
+  return rec(conv(D().cuGraphLaunch(exec, s)));
+}
+
+cudaError_t CUDARTAPI cudaGraphDestroy(cudaGraph_t graph) {
+  NEED_CTX();
+  return rec(conv(D().cuGraphDestroy(graph)));
+}
+
+cudaError_t CUDARTAPI cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  NEED_CTX();
+  return rec(conv(D().cuGraphExecDestroy(exec)));
 }
 
 cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {

@@ -26,8 +26,15 @@
 // Legacy entry points the sim exports but cuda.h hides behind macros.
 extern "C" CUresult CUDAAPI cuMemHostRegister(void* p, size_t bytesize, unsigned int Flags);
 extern "C" CUresult CUDAAPI cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev);
+#undef cuMemcpy2DAsync
 
 namespace {
+
+cudaPitchedPtr pitched(void* p, size_t pitch, size_t xsize, size_t ysize) {
+  cudaPitchedPtr r;
+  r.ptr = p, r.pitch = pitch, r.xsize = xsize, r.ysize = ysize;
+  return r;
+}
 
 const size_t kPg = static_cast<size_t>(sysconf(_SC_PAGESIZE));
 
@@ -652,6 +659,267 @@ TEST(CostModel, UnregisterWaitsForInFlightWorkRegisterDoesNot) {
   EXPECT_GE(copy_ms.load(), 50.0);  // stalled behind the unregister
   cudaStreamDestroy(ks);
   (void)cudaGetLastError();
+}
+
+// Issue 14: what the driver does for work in flight, pageable copies, page
+// protection, contexts and stream capture (measured on the H200).
+class InFlight : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setenv("SIMCUDA_SLEEP", "1", 1);
+    setenv("SIMCUDA_KERNEL_US", "80000", 1);  // 80 ms launches
+    reload_env();
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dev_, kBytes), cudaSuccess);
+    ref_.resize(kBytes);
+    for (size_t i = 0; i < kBytes; ++i) ref_[i] = static_cast<char>(i * 7 + 3);
+    ASSERT_EQ(cudaMemcpy(dev_, ref_.data(), kBytes, cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  void TearDown() override {
+    cudaStreamSynchronize(s_);
+    cudaStreamDestroy(s_);
+    cudaFree(dev_);
+    (void)cudaGetLastError();
+  }
+  void launch() {
+    void* args[1] = {nullptr};
+    ASSERT_EQ(cudaLaunchKernel(reinterpret_cast<const void*>(&kernel_stub), dim3(1), dim3(1), args,
+                               0, s_),
+              cudaSuccess);
+  }
+  bool holds_ref(const char* p) const { return std::memcmp(p, ref_.data(), kBytes) == 0; }
+  static constexpr size_t kBytes = 4 << 20;
+  EnvGuard guard_;
+  cudaStream_t s_ = nullptr;
+  void* dev_ = nullptr;
+  std::vector<char> ref_;
+};
+
+TEST_F(InFlight, PinnedDeviceToHostLandsWhenTheStreamReachesIt) {
+  std::vector<char> b(kBytes, 0x5A);
+  ASSERT_EQ(cudaHostRegister(b.data(), kBytes, 0), cudaSuccess);
+  launch();
+  ASSERT_EQ(cudaMemcpyAsync(b.data(), dev_, kBytes, cudaMemcpyDeviceToHost, s_), cudaSuccess);
+  EXPECT_EQ(cudaStreamQuery(s_), cudaErrorNotReady);
+  EXPECT_EQ(b[0], 0x5A);  // behind the launch: not copied yet
+  EXPECT_EQ(b[kBytes - 1], 0x5A);
+  ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
+  EXPECT_TRUE(holds_ref(b.data()));
+  ASSERT_EQ(cudaHostUnregister(b.data()), cudaSuccess);
+}
+
+TEST_F(InFlight, UnregisterOfAnotherBufferWaitsForTheCopy) {
+  for (int how = 0; how < 3; ++how) {
+    SCOPED_TRACE(how);
+    std::vector<char> b(kBytes, 0x5A);
+    ASSERT_EQ(cudaHostRegister(b.data(), kBytes, 0), cudaSuccess);
+    std::vector<char> a(1 << 20, 1);
+    void* ha = nullptr;
+    if (how < 2)
+      ASSERT_EQ(cudaHostRegister(a.data(), a.size(), 0), cudaSuccess);
+    else
+      ASSERT_EQ(cudaHostAlloc(&ha, 1 << 20, 0), cudaSuccess);
+    launch();
+    ASSERT_EQ(cudaMemcpyAsync(b.data(), dev_, kBytes, cudaMemcpyDeviceToHost, s_), cudaSuccess);
+    if (how == 0) EXPECT_EQ(cudaHostUnregister(a.data()), cudaSuccess);
+    if (how == 1) EXPECT_EQ(cuMemHostUnregister(a.data()), CUDA_SUCCESS);
+    if (how == 2) EXPECT_EQ(cudaFreeHost(ha), cudaSuccess);
+    EXPECT_EQ(cudaStreamQuery(s_), cudaSuccess);
+    EXPECT_TRUE(holds_ref(b.data()));  // the unregister waited for all work in flight
+    ASSERT_EQ(cudaHostUnregister(b.data()), cudaSuccess);
+  }
+}
+
+TEST_F(InFlight, PinnedHostToDeviceReadsTheHostBytesWhenItRuns) {
+  std::vector<char> h(ref_.begin(), ref_.end()), back(kBytes);
+  ASSERT_EQ(cudaHostRegister(h.data(), kBytes, 0), cudaSuccess);
+  launch();
+  ASSERT_EQ(cudaMemcpyAsync(dev_, h.data(), kBytes, cudaMemcpyHostToDevice, s_), cudaSuccess);
+  std::memset(h.data(), 0xAB, kBytes);
+  ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(back.data(), dev_, kBytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(back, h);  // the later bytes
+  ASSERT_EQ(cudaHostUnregister(h.data()), cudaSuccess);
+}
+
+TEST_F(InFlight, PageableCopiesBehaveSynchronously) {
+  std::vector<char> h(ref_.begin(), ref_.end()), back(kBytes);
+  // Registered and unregistered: pageable again.
+  ASSERT_EQ(cudaHostRegister(h.data(), kBytes, 0), cudaSuccess);
+  ASSERT_EQ(cudaHostUnregister(h.data()), cudaSuccess);
+  launch();
+  ASSERT_EQ(cudaMemcpyAsync(dev_, h.data(), kBytes, cudaMemcpyHostToDevice, s_), cudaSuccess);
+  std::memset(h.data(), 0xAB, kBytes);
+  ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(back.data(), dev_, kBytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_TRUE(holds_ref(back.data()));  // staged: the bytes as of the call
+  std::memset(h.data(), 0x11, kBytes);
+  launch();
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(cuMemcpyDtoHAsync(h.data(), reinterpret_cast<CUdeviceptr>(dev_), kBytes,
+                              reinterpret_cast<CUstream>(s_)),
+            CUDA_SUCCESS);
+  EXPECT_GE(ms_since(t0), 60.0);  // waited behind the launch
+  EXPECT_TRUE(holds_ref(h.data()));  // complete on return
+}
+
+TEST_F(InFlight, TwoAndThreeDimensionalCopies) {
+  // 64 rows of 1000 bytes, pitch 4096 on the device, 1000 on the host.
+  const size_t w = 1000, rows = 64, dpitch = 4096;
+  std::vector<char> h(w * rows), back(w * rows, 0);
+  for (size_t i = 0; i < h.size(); ++i) h[i] = static_cast<char>(i % 251);
+  ASSERT_EQ(cudaMemcpy2DAsync(dev_, dpitch, h.data(), w, w, rows, cudaMemcpyHostToDevice, s_),
+            cudaSuccess);
+  CUDA_MEMCPY2D c;
+  std::memset(&c, 0, sizeof c);
+  c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.srcDevice = reinterpret_cast<CUdeviceptr>(dev_);
+  c.srcPitch = dpitch;
+  c.dstMemoryType = CU_MEMORYTYPE_HOST;
+  c.dstHost = back.data();
+  c.dstPitch = w;
+  c.WidthInBytes = w;
+  c.Height = rows;
+  ASSERT_EQ(cuMemcpy2DAsync_v2(&c, reinterpret_cast<CUstream>(s_)), CUDA_SUCCESS);
+  ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
+  EXPECT_EQ(back, h);
+  EXPECT_EQ(static_cast<unsigned char*>(dev_)[1 * dpitch + 5], static_cast<unsigned char>(h[w + 5]));
+  // 3D: 4 slices of 16 rows, the same bytes back through the device.
+  std::vector<char> back3(w * rows, 0);
+  cudaMemcpy3DParms p;
+  std::memset(&p, 0, sizeof p);
+  p.srcPtr = pitched(h.data(), w, w, 16);
+  p.dstPtr = pitched(dev_, dpitch, w, 16);
+  p.extent.width = w, p.extent.height = 16, p.extent.depth = 4;
+  p.kind = cudaMemcpyHostToDevice;
+  ASSERT_EQ(cudaMemcpy3DAsync(&p, s_), cudaSuccess);
+  p.srcPtr = p.dstPtr;
+  p.dstPtr = pitched(back3.data(), w, w, 16);
+  p.kind = cudaMemcpyDeviceToHost;
+  ASSERT_EQ(cudaMemcpy3D(&p), cudaSuccess);
+  EXPECT_EQ(back3, h);
+  EXPECT_EQ(cudaMemcpy2D(dev_, 10, h.data(), w, w, 2, cudaMemcpyHostToDevice),
+            cudaErrorInvalidPitchValue);
+  (void)cudaGetLastError();
+}
+
+TEST_F(Driver, RegisterChecksThePageProtection) {
+  const size_t n = 4 * kPg;
+  char* p = static_cast<char*>(map_pages(4));
+  std::memset(p, 1, n);
+  ASSERT_EQ(mprotect(p, n, PROT_READ), 0);
+  EXPECT_EQ(cuMemHostRegister_v2(p, n, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemHostRegister_v2(p, n, CU_MEMHOSTREGISTER_READ_ONLY), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemHostUnregister(p), CUDA_SUCCESS);
+  ASSERT_EQ(mprotect(p, n, PROT_NONE), 0);
+  EXPECT_EQ(cuMemHostRegister_v2(p, n, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemHostRegister_v2(p, n, CU_MEMHOSTREGISTER_READ_ONLY), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(mprotect(p, n, PROT_READ | PROT_WRITE), 0);
+  EXPECT_EQ(cuMemHostRegister_v2(p, n, 0), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemHostUnregister(p), CUDA_SUCCESS);
+  munmap(p, n);
+  EXPECT_EQ(cuMemHostRegister_v2(p, n, 0), CUDA_ERROR_INVALID_VALUE);  // unmapped
+  EXPECT_EQ(live_regs(), 0u);
+}
+
+TEST(Runtime, NewThreadUnregisterMakesThePrimaryContextCurrent) {
+  std::vector<char> a(1 << 20, 1);
+  ASSERT_EQ(cudaHostRegister(a.data(), a.size(), 0), cudaSuccess);
+  std::thread([&] {
+    CUcontext c = reinterpret_cast<CUcontext>(1);
+    ASSERT_EQ(cuCtxGetCurrent(&c), CUDA_SUCCESS);
+    EXPECT_EQ(c, nullptr);
+    EXPECT_EQ(cuMemHostUnregister(a.data()), CUDA_ERROR_INVALID_CONTEXT);  // driver: no context
+    EXPECT_EQ(cudaHostUnregister(a.data()), cudaSuccess);  // cudart makes one current first
+    ASSERT_EQ(cuCtxGetCurrent(&c), CUDA_SUCCESS);
+    EXPECT_NE(c, nullptr);
+    CUdevice d = -1;
+    EXPECT_EQ(cuCtxGetDevice(&d), CUDA_SUCCESS);
+  }).join();
+}
+
+class Capture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), cudaSuccess);
+    ASSERT_EQ(cudaHostRegister(a_.data(), a_.size(), 0), cudaSuccess);
+    ASSERT_EQ(cuCtxGetCurrent(&ctx_), CUDA_SUCCESS);
+  }
+  void TearDown() override {
+    cudaHostUnregister(a_.data());
+    cudaStreamDestroy(s_);
+    (void)cudaGetLastError();
+  }
+  // Begins a global-mode capture on s_, runs f on another thread, ends the capture.
+  template <typename F>
+  cudaError_t around(F f) {
+    EXPECT_EQ(cudaStreamBeginCapture(s_, cudaStreamCaptureModeGlobal), cudaSuccess);
+    std::thread(f).join();
+    cudaGraph_t g = nullptr;
+    cudaError_t e = cudaStreamEndCapture(s_, &g);
+    EXPECT_EQ(g != nullptr, e == cudaSuccess);
+    if (g) cudaGraphDestroy(g);
+    return e;
+  }
+  cudaStream_t s_ = nullptr;
+  CUcontext ctx_ = nullptr;
+  std::vector<char> a_ = std::vector<char>(1 << 20, 1);
+};
+
+TEST_F(Capture, GlobalModeUnregisterIsRefusedAndInvalidates) {
+  EXPECT_EQ(around([&] { EXPECT_EQ(cudaHostUnregister(a_.data()), cudaErrorStreamCaptureUnsupported); }),
+            cudaErrorStreamCaptureInvalidated);
+  EXPECT_EQ(around([&] {
+              cuCtxSetCurrent(ctx_);
+              EXPECT_EQ(cuMemHostUnregister(a_.data()), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+            }),
+            cudaErrorStreamCaptureInvalidated);
+  EXPECT_EQ(live_regs(), 1u);  // refused: still registered
+}
+
+TEST_F(Capture, RelaxedModeUnregisterSucceedsAndTheCaptureSurvives) {
+  EXPECT_EQ(around([&] {
+              cudaStreamCaptureMode m = cudaStreamCaptureModeRelaxed;
+              EXPECT_EQ(cudaThreadExchangeStreamCaptureMode(&m), cudaSuccess);
+              EXPECT_EQ(m, cudaStreamCaptureModeGlobal);
+              EXPECT_EQ(cudaHostUnregister(a_.data()), cudaSuccess);
+            }),
+            cudaSuccess);
+  EXPECT_EQ(cudaHostRegister(a_.data(), a_.size(), 0), cudaSuccess);
+}
+
+TEST_F(Capture, SynchronizeInvalidatesEvenInRelaxedMode) {
+  EXPECT_EQ(around([&] {
+              cudaStreamCaptureMode m = cudaStreamCaptureModeRelaxed;
+              cudaThreadExchangeStreamCaptureMode(&m);
+              EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorStreamCaptureUnsupported);
+            }),
+            cudaErrorStreamCaptureInvalidated);
+}
+
+TEST_F(Capture, TheGraphReplaysTheCapturedCopies) {
+  void* d = nullptr;
+  ASSERT_EQ(cudaMalloc(&d, a_.size()), cudaSuccess);
+  std::vector<char> back(a_.size(), 0);
+  ASSERT_EQ(cudaHostRegister(back.data(), back.size(), 0), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(s_, cudaStreamCaptureModeGlobal), cudaSuccess);
+  cudaStreamCaptureStatus st;
+  ASSERT_EQ(cudaStreamIsCapturing(s_, &st), cudaSuccess);
+  EXPECT_EQ(st, cudaStreamCaptureStatusActive);
+  ASSERT_EQ(cudaMemcpyAsync(d, a_.data(), a_.size(), cudaMemcpyHostToDevice, s_), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(back.data(), d, a_.size(), cudaMemcpyDeviceToHost, s_), cudaSuccess);
+  cudaGraph_t g = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(s_, &g), cudaSuccess);
+  EXPECT_EQ(back[0], 0);  // captured, not run
+  cudaGraphExec_t x = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&x, g, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(x, s_), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
+  EXPECT_EQ(back, a_);
+  cudaGraphExecDestroy(x);
+  cudaGraphDestroy(g);
+  cudaHostUnregister(back.data());
+  cudaFree(d);
 }
 
 // ------------------------------------------------------------ stale detection ----
