@@ -39,7 +39,7 @@ namespace lazypin {
 enum class WatchRefusal {
   kNone,
   kOwnedByProgram,  // EBUSY: the program has its own userfaultfd on it: lazypin steps aside
-  kUnwatchable,     // EINVAL/ENOMEM..: a hole, or a mapping userfaultfd cannot watch
+  kUnwatchable,     // EINVAL: a mapping userfaultfd cannot watch (a regular file, SysV shm)
   kTooMany,         // past the bound on watched ranges (vm.max_map_count headroom)
 };
 const char* WatchRefusalName(WatchRefusal refusal);
