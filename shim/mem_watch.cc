@@ -312,7 +312,8 @@ void MemWatch::DrainSlow(absl::FunctionRef<void(uintptr_t, uintptr_t)> apply) {
   }
   // Exchanged before the apply below: whatever a full ring dropped until now
   // is covered by apply(0, UINTPTR_MAX).
-  const bool overflow = overflow_.exchange(false, std::memory_order_acq_rel);
+  const bool overflow = overflow_.load(std::memory_order_acquire) &&
+                        overflow_.exchange(false, std::memory_order_acq_rel);
   Event e;
   while (Pop(&e)) {
     if (!overflow) apply(e.lo, e.hi);
