@@ -1,0 +1,149 @@
+// mem_watch: the kernel's word on registered memory. A userfaultfd, asked
+// only for events (UNMAP, REMOVE, REMAP), reports every unmap, madvise removal
+// and mremap of a watched range, from any caller: raw system calls, glibc's
+// and the loader's internal ones, other libraries. The hooks see only the
+// calls that go through the PLT; this is their backstop (docs/design.md, "The
+// kernel watch").
+//
+// Contracts:
+//  - Ranges are registered in write-protect mode and no page is ever
+//    write-protected: no fault of the program ever waits on lazypin, and a
+//    read(2) into a watched buffer works as without the watch. Missing mode is
+//    never used (faults on absent pages would block, or fail with EFAULT from
+//    the kernel under UFFD_USER_MODE_ONLY).
+//  - An unmapping thread waits in the kernel until its event is read. The
+//    reader thread (all signals blocked) reads events and pushes them into a
+//    fixed ring without taking any lock a program thread can hold while it
+//    unmaps, and without allocating; a full ring sets "everything is dirty".
+//  - Drain() applies every event whose system call has returned and every
+//    event the kernel has queued so far (see Drain).
+//  - A fork child does not inherit the registrations (EVENT_FORK is not
+//    asked); it calls AbandonAfterFork().
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/btree_map.h"
+#include "absl/functional/function_ref.h"
+
+namespace lazypin {
+
+// Why Watch() refused a range. The caller does not defer such a range.
+enum class WatchRefusal {
+  kNone,
+  kOwnedByProgram,  // EBUSY: the program has its own userfaultfd on it: lazypin steps aside
+  kUnwatchable,     // EINVAL: a mapping userfaultfd cannot watch (a regular file, SysV shm)
+  kTooMany,         // past the bound on watched ranges (vm.max_map_count headroom)
+};
+const char* WatchRefusalName(WatchRefusal refusal);
+
+struct MemWatchOptions {
+  // At most this many disjoint watched runs (0: vm.max_map_count / 8). Each
+  // isolated run splits its VMA in up to 3, so the default adds at most a
+  // quarter of the process's mapping limit.
+  size_t max_ranges = 0;
+  // Events the ring holds before "everything is dirty".
+  size_t ring_capacity = 4096;
+};
+
+struct MemWatchCounters {
+  uint64_t events = 0;      // unmap/remove/remap events read
+  uint64_t overflows = 0;   // times the ring was full (then everything was dirty)
+  uint64_t unexpected = 0;  // messages other than the three events (never expected)
+  uint64_t watched_runs = 0;
+};
+
+class MemWatch {
+ public:
+  // Opens the userfaultfd and starts the reader thread. Null when the kernel,
+  // a sysctl or a seccomp profile refuses it; then *why is one line saying
+  // which and what to change.
+  static std::unique_ptr<MemWatch> Open(std::string* why, MemWatchOptions options = {});
+  // Unregisters everything, stops the reader and closes the descriptor.
+  ~MemWatch();
+  MemWatch(const MemWatch&) = delete;
+  MemWatch& operator=(const MemWatch&) = delete;
+
+  // Watches the pages of [lo, hi). Pages shared with other watched ranges are
+  // counted, so each Watch needs one Unwatch. False (and *refusal) when the
+  // range cannot be watched; then nothing changed.
+  bool Watch(uintptr_t lo, uintptr_t hi, WatchRefusal* refusal = nullptr);
+  // Ends one Watch of [lo, hi) (the registration really ended): pages no other
+  // watched range holds are unregistered from the kernel.
+  void Unwatch(uintptr_t lo, uintptr_t hi);
+
+  // Calls apply(lo, hi) for every range the kernel reported since the last
+  // Drain (apply(0, UINTPTR_MAX) after an overflow). It sees every event
+  // whose system call has returned, and every event the kernel has queued
+  // but nobody has read yet. When nothing is watched: one relaxed load.
+  // Call it without holding any lock that `apply` takes; not from a signal
+  // handler that may have interrupted Drain on the same thread.
+  void Drain(absl::FunctionRef<void(uintptr_t lo, uintptr_t hi)> apply) {
+    if (watched_runs_.load(std::memory_order_relaxed) == 0) return;
+    DrainSlow(apply);
+  }
+
+  // In a fork's child: forget everything; no thread, no ioctl, no lock.
+  void AbandonAfterFork();
+
+  MemWatchCounters Counters() const;
+  // How many disjoint runs are watched now, and the bound.
+  size_t WatchedRuns() const { return watched_runs_.load(std::memory_order_relaxed); }
+  size_t MaxRuns() const { return max_runs_; }
+
+ private:
+  struct Event {
+    uintptr_t lo, hi;        // the range whose pages left
+    uintptr_t to_lo, to_hi;  // REMAP: where the VMA (and our registration) went; else 0
+  };
+  // Watched pages: disjoint runs [lo, end) -> how many Watch calls hold them.
+  struct Run {
+    uintptr_t end;
+    uint32_t count;
+  };
+
+  MemWatch(int fd, int stop_fd, MemWatchOptions options, size_t max_runs);
+  void ReaderLoop();
+  // Reads every queued message without blocking and pushes the events.
+  void ReadAndPushLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_);
+  bool Push(const Event& e);  // producer: holder of read_mu_
+  bool Pop(Event* e);         // consumer: holder of apply_mu_
+  void DrainSlow(absl::FunctionRef<void(uintptr_t, uintptr_t)> apply);
+  // Splits the run containing `at` so that a run starts there.
+  void SplitAt(uintptr_t at) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unregisters the parts of [lo, hi) that no watched run holds.
+  void UnregisterUncountedLocked(uintptr_t lo, uintptr_t hi) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Unregister(uintptr_t lo, uintptr_t hi);
+  void PublishRunsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  int fd_;
+  int stop_fd_;  // an eventfd: wakes the reader to stop
+  const size_t max_runs_;
+
+  // Ring: single producer (whoever holds read_mu_), single consumer
+  // (whoever holds apply_mu_). Fixed at construction.
+  std::unique_ptr<Event[]> ring_;
+  const size_t ring_capacity_;
+  std::atomic<uint64_t> ring_head_{0};  // next to pop
+  std::atomic<uint64_t> ring_tail_{0};  // next to push
+  std::atomic<bool> overflow_{false};
+
+  std::mutex read_mu_;   // reader and Drain: across one non-blocking read + push
+  std::mutex apply_mu_;  // Drain: across read, pop and apply (consumers serialized)
+  std::mutex mu_;        // the runs
+  absl::btree_map<uintptr_t, Run> runs_ ABSL_GUARDED_BY(mu_);
+  std::atomic<size_t> watched_runs_{0};
+
+  std::atomic<uint64_t> events_{0}, overflows_{0}, unexpected_{0};
+  std::atomic<bool> abandoned_{false};
+  std::thread reader_;
+};
+
+}  // namespace lazypin
