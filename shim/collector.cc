@@ -105,6 +105,7 @@ void Collector::Run() {
   while (!stopping_.load(std::memory_order_acquire)) {
     const uint32_t seq = wake_seq_.load(std::memory_order_acquire);
     FinishFrees();
+    pool_->ApplyPageChanges();  // stale registrations go even while the program makes no call
     int64_t wait_ms = 1000;
     if (idle_ms_ > 0) {
       const int64_t now_ms = MonotonicMs();

@@ -58,6 +58,23 @@ const char* ModeName(Mode mode) {
   return "log";
 }
 
+const char* WatchModeName(WatchMode mode) {
+  switch (mode) {
+    case WatchMode::kAuto: return "auto";
+    case WatchMode::kKernel: return "kernel";
+    case WatchMode::kHooks: return "hooks";
+  }
+  return "auto";
+}
+
+std::optional<WatchMode> ParseWatchMode(std::string_view text) {
+  const std::string t = Lower(text);
+  if (t == "auto") return WatchMode::kAuto;
+  if (t == "kernel") return WatchMode::kKernel;
+  if (t == "hooks") return WatchMode::kHooks;
+  return std::nullopt;
+}
+
 std::optional<Mode> ParseMode(std::string_view text) {
   const std::string t = Lower(text);
   if (t == "off") return Mode::kOff;
@@ -171,6 +188,15 @@ const Option kOptions[] = {
        return Store(ParseBool(t), &c->release_at_exit);
      },
      [](const Config& c) { return JsonBool(c.release_at_exit); }},
+    {"LAZYPIN_WATCH", "watch", "auto", "auto", "auto, kernel or hooks",
+     "how lazypin sees pages change: the kernel watch (userfaultfd) behind the hooks where the "
+     "kernel allows it (auto), required (kernel: else nothing is deferred), or the hooks alone",
+     [](std::string_view t, uint64_t, Config* c) { return Store(ParseWatchMode(t), &c->watch); },
+     [](const Config& c) { return fmt::format("\"{}\"", WatchModeName(c.watch)); }},
+    {"LAZYPIN_DEFER_SHARED", "defer_shared", "0", "0", "0 or 1",
+     "1: defer shared and file-backed pages too (only if no other process changes those files)",
+     [](std::string_view t, uint64_t, Config* c) { return Store(ParseBool(t), &c->defer_shared); },
+     [](const Config& c) { return JsonBool(c.defer_shared); }},
 };
 const size_t kOptionCount = sizeof(kOptions) / sizeof(kOptions[0]);
 

@@ -16,6 +16,12 @@ namespace lazypin {
 enum class Mode { kOff, kLog, kDefer };
 const char* ModeName(Mode mode);
 
+// How lazypin learns that registered pages changed: the kernel watch
+// (userfaultfd) behind the hooks when the kernel allows it (auto), the
+// kernel watch or no deferral at all (kernel), or the hooks alone (hooks).
+enum class WatchMode { kAuto, kKernel, kHooks };
+const char* WatchModeName(WatchMode mode);
+
 // Every field's default is its option row's default text (kOptions), parsed.
 struct Config {
   Mode mode = Mode::kOff;
@@ -26,6 +32,8 @@ struct Config {
   int64_t idle_ms = 0;            // collector: release what sat unused this long; 0 = never
   bool check_pfn = false;         // verify physical pages on every hit (root)
   bool release_at_exit = false;   // unregister the pool one by one at exit
+  WatchMode watch = WatchMode::kAuto;
+  bool defer_shared = false;      // defer shared and file-backed pages too
 };
 
 // One row per LAZYPIN_* variable of the shim: the one place that names it,
@@ -76,6 +84,7 @@ std::optional<uint64_t> ParseSize(std::string_view text, uint64_t physical_ram);
 std::optional<int64_t> ParseCount(std::string_view text, int64_t max);
 std::optional<bool> ParseBool(std::string_view text);
 std::optional<Mode> ParseMode(std::string_view text);
+std::optional<WatchMode> ParseWatchMode(std::string_view text);
 
 
 }  // namespace lazypin

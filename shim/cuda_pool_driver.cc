@@ -6,6 +6,8 @@
 #include <memory>
 
 #include "cuda.h"
+#include "mem_watch.h"
+#include "page_class.h"
 #include "pfn.h"
 #include "real.h"
 
@@ -21,6 +23,20 @@ namespace {
 
 class CudaPoolDriver final : public PoolDriver {
  public:
+  CudaPoolDriver(MemWatch* watch, bool defer_shared) : watch_(watch), defer_shared_(defer_shared) {}
+
+  PassReason Admit(uintptr_t lo, uintptr_t hi) override {
+    if (!defer_shared_ && !Deferrable(ClassifyRange(lo, hi))) return PassReason::kShared;
+    if (watch_ != nullptr && !watch_->Watch(lo, hi)) return PassReason::kUnwatched;
+    return PassReason::kNone;
+  }
+  void Release(uintptr_t lo, uintptr_t hi) override {
+    if (watch_ != nullptr) watch_->Unwatch(lo, hi);
+  }
+  void DrainChanges(absl::FunctionRef<void(uintptr_t, uintptr_t)> changed) override {
+    if (watch_ != nullptr) watch_->Drain(changed);
+  }
+
   int Unregister(uintptr_t ptr, Context ctx) override {
     auto unregister = unregister_.Get(&real::Driver, "cuMemHostUnregister");
     auto push = push_.Get(&real::Driver, "cuCtxPushCurrent_v2");
@@ -53,6 +69,8 @@ class CudaPoolDriver final : public PoolDriver {
   int64_t NowNs() override { return MonotonicNs(); }
 
  private:
+  MemWatch* const watch_;
+  const bool defer_shared_;
   real::Lazy<CUresult (*)(void*)> unregister_;
   real::Lazy<CUresult (*)(CUcontext)> push_;
   real::Lazy<CUresult (*)(CUcontext*)> pop_;
@@ -61,6 +79,8 @@ class CudaPoolDriver final : public PoolDriver {
 
 }  // namespace
 
-std::unique_ptr<PoolDriver> MakeCudaPoolDriver() { return std::make_unique<CudaPoolDriver>(); }
+std::unique_ptr<PoolDriver> MakeCudaPoolDriver(MemWatch* watch, bool defer_shared) {
+  return std::make_unique<CudaPoolDriver>(watch, defer_shared);
+}
 
 }  // namespace lazypin

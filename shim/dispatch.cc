@@ -19,7 +19,8 @@ RegisterRequest Dispatch::Request(const ProgramCall& call, Context ctx) {
 
 void Dispatch::Record(const ProgramCall& call, const Outcome& outcome, int64_t latency_ns) {
   ScopedInsideLazypin inside;
-  env_->Record(CallRecord{call, outcome.result, latency_ns, outcome.action, outcome.evicted});
+  env_->Record(CallRecord{call, outcome.result, latency_ns, outcome.action, outcome.evicted,
+                          outcome.reason});
 }
 
 Outcome Dispatch::Act(const ProgramCall& call, absl::FunctionRef<int()> real) {
@@ -69,6 +70,7 @@ int Dispatch::Driver(const ProgramCall& call, absl::FunctionRef<int()> real) {
     t_state.runtime_frame = frame;
     frame->driver_calls += 1;
     frame->outcome.action = outcome.action;
+    frame->outcome.reason = outcome.reason;
     frame->outcome.evicted += outcome.evicted;
     return outcome.result;
   }

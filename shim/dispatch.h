@@ -38,6 +38,7 @@ struct CallRecord {
   int64_t latency_ns;
   Action action;
   int evicted;
+  PassReason reason;  // with kPassthrough: why
 };
 
 class DispatchEnv {

@@ -248,8 +248,10 @@ LAZYPIN_EXPORT void* mmap64(void* addr, size_t len, int prot, int flags, int fd,
 
 LAZYPIN_EXPORT int madvise(void* addr, size_t len, int advice) {
   constexpr int kDontneedLocked = 24;  // MADV_DONTNEED_LOCKED, Linux 5.18
+  constexpr int kGuardInstall = 102;   // MADV_GUARD_INSTALL, Linux 6.13: zaps with no uffd event
+  constexpr int kGuardRemove = 103;
   if (advice == MADV_DONTNEED || advice == MADV_FREE || advice == MADV_REMOVE ||
-      advice == kDontneedLocked) {
+      advice == kDontneedLocked || advice == kGuardInstall || advice == kGuardRemove) {
     RangeLeaving(addr, len, EvictReason::kMadvise);
   }
   if (MadviseFn real = g_madvise.Get(&real::Next, "madvise")) return real(addr, len, advice);

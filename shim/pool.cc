@@ -80,7 +80,7 @@ void Pool::TakeVictim(Entry& e, EvictReason reason, std::vector<Victim>* victims
   UnmarkDeferred(e);
   e.state = State::kEvicting;
   counters_.evictions[static_cast<int>(reason)] += 1;
-  victims->push_back(Victim{e.base, e.bytes, e.ctx, reason});
+  victims->push_back(Victim{e.base, e.bytes, e.ctx, reason, e.watched});
 }
 
 void Pool::TakeOverBounds(std::vector<Victim>* victims) {
@@ -99,6 +99,7 @@ int Pool::Evict(std::vector<Victim>& victims) {
     if (observer_ != nullptr) {
       observer_->OnEvict(v.base, v.bytes, v.reason, result, driver_->NowNs() - t0);
     }
+    if (v.watched) driver_->Release(v.base, RangeEnd(v.base, v.bytes));
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -134,8 +135,27 @@ const Pool::Entry* Pool::HitLocked(const RegisterRequest& req) {
   return &e;
 }
 
+void Pool::ApplyPageChanges() {
+  if (abandoned_.load(std::memory_order_relaxed)) return;
+  std::vector<Victim> victims;
+  driver_->DrainChanges([&](uintptr_t lo, uintptr_t hi) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = FirstOverlap(lo); it != entries_.end() && it->first < hi; ++it) {
+      Entry& e = it->second;
+      if (e.state == State::kDeferred) TakeVictim(e, EvictReason::kWatch, &victims);
+      if (e.state == State::kInUse && e.pass == PassReason::kNone) e.pass = PassReason::kLeft;
+    }
+  });
+  Evict(victims);
+}
+
+void Pool::ReleaseWatched(const std::vector<Range>& ranges) {
+  for (const Range& r : ranges) driver_->Release(r.lo, r.hi);
+}
+
 std::optional<Outcome> Pool::TryHit(const RegisterRequest& req) {
   if (abandoned_.load(std::memory_order_relaxed) || Empty() || req.ptr == 0) return std::nullopt;
+  ApplyPageChanges();
   std::unique_lock<std::mutex> lock(mu_);
   AwaitQuiet(lock, PageFloor(req.ptr), PageCeil(RangeEnd(req.ptr, req.bytes)));
   if (HitLocked(req) == nullptr) return std::nullopt;
@@ -150,6 +170,7 @@ Outcome Pool::Register(const RegisterRequest& req, absl::FunctionRef<int()> forw
   // The driver refuses overlaps at page granularity or finer: treat any entry
   // sharing a page with the request as overlapping.
   const uintptr_t page_lo = PageFloor(lo), page_hi = PageCeil(hi);
+  ApplyPageChanges();
   std::vector<Victim> victims;
   bool forward_only = false;
   {
@@ -185,6 +206,10 @@ Outcome Pool::Register(const RegisterRequest& req, absl::FunctionRef<int()> forw
   // forward_only: the driver normally refuses (712); if it accepts, the
   // overlapping in-use entries were stale and the new one is recorded below.
   Outcome out{kCudaSuccess, Action::kMiss, Evict(victims)};
+  // Watched from before the driver registers it, so that no change of its
+  // pages goes unseen; released again if the driver refuses it.
+  const PassReason pass = driver_->Admit(lo, hi);
+  const bool watched = pass == PassReason::kNone;
   out.result = forward();
   if (!forward_only && out.result == kCudaOutOfMemory && !Empty()) {
     // Make room: release everything pooled, then try once more.
@@ -195,6 +220,7 @@ Outcome Pool::Register(const RegisterRequest& req, absl::FunctionRef<int()> forw
   if (out.result == kCudaSuccess && limits_.check_frames) {
     driver_->ReadFrames(req.ptr, req.bytes, &frames);
   }
+  std::vector<Range> stale_watched;
   if (out.result == kCudaSuccess) {
     std::lock_guard<std::mutex> lock(mu_);
     // The driver just accepted this range, so any entry still overlapping it
@@ -202,13 +228,20 @@ Outcome Pool::Register(const RegisterRequest& req, absl::FunctionRef<int()> forw
     for (auto it = FirstOverlap(lo); it != entries_.end() && it->first < hi;) {
       if (it->second.state == State::kEvicting) { ++it; continue; }
       if (it->second.state == State::kDeferred) UnmarkDeferred(it->second);
+      if (it->second.watched) {
+        stale_watched.push_back(Range{it->second.base, RangeEnd(it->second.base, it->second.bytes)});
+      }
       it = Erase(it);
     }
-    Entry entry{req.ptr, req.bytes, req.flags, req.ctx, req.device, State::kInUse, 0, 0, {}};
+    Entry entry{req.ptr, req.bytes, req.flags, req.ctx, req.device, State::kInUse,
+                pass, watched, 0, 0, {}};
     entry.frames = std::move(frames);
     entries_.emplace(req.ptr, std::move(entry));
+  } else if (watched) {
+    stale_watched.push_back(Range{lo, hi});
   }
   EndInflight(Range{page_lo, page_hi});
+  ReleaseWatched(stale_watched);
   return out;
 }
 
@@ -216,7 +249,9 @@ bool Pool::DeferLocked(uintptr_t ptr, std::vector<Victim>* victims) {
   auto it = entries_.find(ptr);
   if (it == entries_.end() || it->second.state != State::kInUse) return false;
   Entry& e = it->second;
-  if (e.bytes > limits_.max_bytes || limits_.max_entries == 0) return false;
+  if (e.bytes > limits_.max_bytes || limits_.max_entries == 0 || e.pass != PassReason::kNone) {
+    return false;
+  }
   MarkDeferred(e);
   counters_.deferred += 1;
   TakeOverBounds(victims);
@@ -225,6 +260,7 @@ bool Pool::DeferLocked(uintptr_t ptr, std::vector<Victim>* victims) {
 
 std::optional<Outcome> Pool::TryDefer(uintptr_t ptr) {
   if (abandoned_.load(std::memory_order_relaxed) || ptr == 0) return std::nullopt;
+  ApplyPageChanges();
   std::vector<Victim> victims;
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -238,6 +274,7 @@ Outcome Pool::Unregister(uintptr_t ptr, absl::FunctionRef<int()> forward) {
   if (abandoned_.load(std::memory_order_relaxed) || ptr == 0) {
     return Outcome{forward(), Action::kForward, 0};
   }
+  ApplyPageChanges();
   std::vector<Victim> victims;
   Entry taken{};
   bool took = false;
@@ -252,7 +289,7 @@ Outcome Pool::Unregister(uintptr_t ptr, absl::FunctionRef<int()> forward) {
     auto it = FirstOverlap(ptr);
     const bool contains = it != entries_.end() && it->first <= ptr;
     if (contains && it->first == ptr && it->second.state == State::kInUse) {
-      // Too large to pool: the driver does the work now.
+      // Too large to pool, or not deferrable: the driver does the work now.
       taken = std::move(it->second);
       took = true;
       entries_.erase(it);
@@ -264,13 +301,23 @@ Outcome Pool::Unregister(uintptr_t ptr, absl::FunctionRef<int()> forward) {
     inflight_.push_back(page);
   }
   Outcome out{kCudaSuccess, Action::kForward, Evict(victims)};
+  if (took && taken.pass != PassReason::kNone) {
+    out.action = Action::kPassthrough;
+    out.reason = taken.pass;
+  }
   out.result = forward();
+  const bool release = took && taken.watched && out.result == kCudaSuccess;
+  const Range taken_range{taken.base, RangeEnd(taken.base, taken.bytes)};
   if (took && out.result != kCudaSuccess) {
     // The driver kept it: so do we.
     std::lock_guard<std::mutex> lock(mu_);
     entries_.emplace(taken.base, std::move(taken));
+  } else if (took && out.action == Action::kPassthrough) {
+    std::lock_guard<std::mutex> lock(mu_);
+    counters_.passed += 1;
   }
   EndInflight(page);
+  if (release) driver_->Release(taken_range.lo, taken_range.hi);
   return out;
 }
 
@@ -300,11 +347,13 @@ int Pool::Invalidate(uintptr_t lo, uintptr_t hi, EvictReason reason) {
 int Pool::DropWhere(absl::FunctionRef<bool(const Entry&)> matches, bool forget_in_use) {
   if (abandoned_.load(std::memory_order_relaxed)) return 0;
   std::vector<Victim> victims;
+  std::vector<Range> forgotten;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = entries_.begin(); it != entries_.end();) {
       Entry& e = it->second;
       if (matches(e) && e.state == State::kInUse && forget_in_use) {
+        if (e.watched) forgotten.push_back(Range{e.base, RangeEnd(e.base, e.bytes)});
         it = Erase(it);
         continue;
       }
@@ -314,6 +363,7 @@ int Pool::DropWhere(absl::FunctionRef<bool(const Entry&)> matches, bool forget_i
       ++it;
     }
   }
+  ReleaseWatched(forgotten);
   return Evict(victims);
 }
 

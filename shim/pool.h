@@ -45,6 +45,16 @@ class PoolDriver {
   // The physical frames now behind [ptr, ptr+bytes), one per page; false if unknown.
   virtual bool ReadFrames(uintptr_t ptr, size_t bytes, std::vector<uint64_t>* frames) = 0;
   virtual int64_t NowNs() = 0;
+
+  // The kernel watch and the page classes (mem_watch.h, page_class.h); a
+  // driver without them defers everything and reports no changes.
+  // Before the driver registers [lo, hi): kNone if lazypin may defer it (then
+  // Release() follows when the registration ends), else why not.
+  virtual PassReason Admit(uintptr_t lo, uintptr_t hi) { return PassReason::kNone; }
+  virtual void Release(uintptr_t lo, uintptr_t hi) {}
+  // Calls changed(lo, hi) for every range whose pages changed since the last
+  // call, as far as the watch knows (see MemWatch::Drain for the ordering).
+  virtual void DrainChanges(absl::FunctionRef<void(uintptr_t lo, uintptr_t hi)> changed) {}
 };
 
 // Told of what the pool does outside the program's own calls (for the log).
@@ -75,10 +85,11 @@ struct Outcome {
   int result = kCudaSuccess;
   Action action = Action::kForward;
   int evicted = 0;  // pooled registrations really unregistered on its behalf
+  PassReason reason = PassReason::kNone;  // with kPassthrough: why
 };
 
 struct PoolCounters {
-  uint64_t hits = 0, misses = 0, deferred = 0;
+  uint64_t hits = 0, misses = 0, deferred = 0, passed = 0;
   uint64_t evictions[static_cast<int>(EvictReason::kCount)] = {};
   uint64_t pooled_bytes = 0, pooled_entries = 0;
   uint64_t peak_bytes = 0, peak_entries = 0;
@@ -100,6 +111,11 @@ class Pool {
   // deferral. Empty when the call needs the driver (then use the above).
   std::optional<Outcome> TryHit(const RegisterRequest& request);
   std::optional<Outcome> TryDefer(uintptr_t ptr);
+
+  // Applies the page changes the driver's watch reports (DrainChanges):
+  // deferred entries they touch are really unregistered, in-use ones will
+  // not be deferred. Every program entry point above starts with it.
+  void ApplyPageChanges();
 
   // Memory [lo, hi) leaves the process, or a pointer query touches it: really
   // unregister the deferred entries overlapping it. Returns how many.
@@ -142,6 +158,8 @@ class Pool {
     Context ctx;
     int device;
     State state;
+    PassReason pass;     // kNone: deferrable
+    bool watched;        // Admit() said kNone: Release() when it ends
     uint64_t lru_key;    // valid while kDeferred
     int64_t deferred_at;  // ns, valid while kDeferred
     std::vector<uint64_t> frames;  // with check_frames: the pages registered
@@ -151,6 +169,7 @@ class Pool {
     size_t bytes;
     Context ctx;
     EvictReason reason;
+    bool watched;
   };
   using Map = absl::btree_map<uintptr_t, Entry>;
 
@@ -177,6 +196,7 @@ class Pool {
   const Entry* HitLocked(const RegisterRequest& req) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Defers the in-use entry based at `ptr` if it is poolable; false otherwise.
   bool DeferLocked(uintptr_t ptr, std::vector<Victim>* victims) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseWatched(const std::vector<Range>& ranges);
 
   PoolDriver* const driver_;
   PoolObserver* const observer_;

@@ -19,10 +19,11 @@ std::string HeaderRecord(const HeaderInfo& h) {
   shown.log_path = h.log_path;
   return fmt::format(
       R"({{"type":"header","format":1,"lazypin":"{}","pid":{},"exe":{},"argv":[{}],"mode":"{}",)"
-      R"("mode_requested":"{}","mode_reason":{},"start_unix_ns":{},"driver_version":{},)"
-      R"("config":{}}})",
+      R"("mode_requested":"{}","mode_reason":{},"host":{},"watch":"{}","watch_reason":{},)"
+      R"("start_unix_ns":{},"driver_version":{},"config":{}}})",
       h.version, h.pid, JsonString(h.exe), argv, ModeName(h.effective), ModeName(h.requested),
-      JsonString(h.why_effective), h.start_unix_ns, h.driver_version, ConfigJson(shown));
+      JsonString(h.why_effective), JsonString(h.host), h.watch, JsonString(h.watch_reason),
+      h.start_unix_ns, h.driver_version, ConfigJson(shown));
 }
 
 std::string CallRecordLine(int64_t t_ns, int tid, const CallRecord& r) {
@@ -30,9 +31,13 @@ std::string CallRecordLine(int64_t t_ns, int tid, const CallRecord& r) {
   fmt::format_to(std::back_inserter(line),
                  FMT_COMPILE(R"({{"type":"call","t_ns":{},"tid":{},"api":"{}","via":"{}","ptr":"{}",)"
                              R"("bytes":{},"flags":{},"result":{},"latency_ns":{},"action":"{}",)"
-                             R"("evicted":{}}})"),
+                             R"("evicted":{})"),
                  t_ns, tid, ApiName(r.call.api), ViaName(r.call.via), r.call.ptr, r.call.bytes,
                  r.call.flags, r.result, r.latency_ns, ActionName(r.action), r.evicted);
+  if (r.reason != PassReason::kNone) {
+    fmt::format_to(std::back_inserter(line), FMT_COMPILE(R"(,"reason":"{}")"), PassReasonName(r.reason));
+  }
+  line.push_back('}');
   return std::string(line.data(), line.size());
 }
 

@@ -21,6 +21,9 @@ struct HeaderInfo {
   Mode requested;
   Mode effective;
   std::string why_effective;  // why effective differs from requested, else empty
+  std::string host;
+  const char* watch;          // "uffd" (the kernel watch is on) or "hooks"
+  std::string watch_reason;   // why not the kernel watch, else empty
   int64_t start_unix_ns;
   int driver_version;  // 0: unknown
   const Config* config;

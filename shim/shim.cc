@@ -25,6 +25,7 @@
 #include "fmt/format.h"
 #include "hooks_memory.h"
 #include "log.h"
+#include "mem_watch.h"
 #include "memory_guard.h"
 #include "pfn.h"
 #include "pool.h"
@@ -111,6 +112,8 @@ class Shim final : public DispatchEnv, public PoolObserver {
  private:
   int64_t SinceStart() const { return MonotonicNs() - start_mono_ns_; }
   void WriteHeader(Mode requested, Mode effective, const std::string& why);
+  // Opens the kernel watch as LAZYPIN_WATCH asks; false when it is required and cannot be had.
+  bool OpenWatch();
   void InstallExitHandlerOnce();
 
   Config config_;
@@ -118,6 +121,8 @@ class Shim final : public DispatchEnv, public PoolObserver {
   int64_t start_unix_ns_ = 0;
   std::unique_ptr<Log> log_;
   Stats stats_;
+  std::unique_ptr<MemWatch> watch_;
+  std::string watch_reason_;  // why the kernel watch is not on
   std::unique_ptr<PoolDriver> pool_driver_;
   std::unique_ptr<Pool> pool_;
   std::unique_ptr<Collector> collector_;
@@ -158,9 +163,20 @@ void Shim::Init() {
   if (effective == Mode::kDefer) {
     std::string failed;
     if (!MemoryHooksSelfTest(&failed)) {
-      effective = Mode::kLog;
       why_ = fmt::format("the memory hooks' self-test failed ({})", failed);
+    } else if (!OpenWatch()) {
+      why_ = fmt::format("LAZYPIN_WATCH=kernel and the kernel watch is not available ({})",
+                         watch_reason_);
+    }
+    if (!why_.empty()) {
+      effective = Mode::kLog;
       warnings.push_back(fmt::format("lazypin: LAZYPIN_MODE=defer turned off, logging only: {}", why_));
+      fprintf(stderr, "%s\n", warnings.back().c_str());
+    } else if (!watch_reason_.empty() && config_.watch == WatchMode::kAuto) {
+      warnings.push_back(fmt::format(
+          "lazypin: the kernel watch is not available ({}); deferring with the hooks alone, which "
+          "miss raw system calls and glibc's own unmaps (LAZYPIN_WATCH=hooks says so quietly)",
+          watch_reason_));
       fprintf(stderr, "%s\n", warnings.back().c_str());
     }
   }
@@ -173,7 +189,7 @@ void Shim::Init() {
     limits.max_bytes = config_.pool_bytes;
     limits.max_entries = config_.pool_entries;
     limits.check_frames = config_.check_pfn;
-    pool_driver_ = MakeCudaPoolDriver();
+    pool_driver_ = MakeCudaPoolDriver(watch_.get(), config_.defer_shared);
     pool_ = std::make_unique<Pool>(pool_driver_.get(), this, limits);
     if (config_.check_pfn) {
       std::vector<uint64_t> frames;
@@ -202,6 +218,15 @@ void Shim::Init() {
   state_ = new ShimState{config_.mode, effective, why_.c_str(), dispatch_.get(), guard_.get()};
 }
 
+bool Shim::OpenWatch() {
+  if (config_.watch == WatchMode::kHooks) {
+    watch_reason_ = "LAZYPIN_WATCH=hooks";
+    return true;
+  }
+  watch_ = MemWatch::Open(&watch_reason_);
+  return watch_ != nullptr || config_.watch == WatchMode::kAuto;
+}
+
 void Shim::WriteHeader(Mode requested, Mode effective, const std::string& why) {
   if (!log_) return;
   HeaderInfo info;
@@ -214,6 +239,9 @@ void Shim::WriteHeader(Mode requested, Mode effective, const std::string& why) {
   info.requested = requested;
   info.effective = effective;
   info.why_effective = why;
+  info.host = ShortHostName();
+  info.watch = watch_ != nullptr ? "uffd" : "hooks";
+  info.watch_reason = effective == Mode::kDefer ? watch_reason_ : "";
   info.start_unix_ns = start_unix_ns_;
   info.driver_version = 0;
   if (auto get_version = driver_get_version_.Get(&real::Driver, "cuDriverGetVersion")) {
@@ -309,6 +337,7 @@ void Shim::InForkChild() {
   // The child has one thread and none of ours: forget the pool without a
   // driver call or a lock, leave the parent's log alone, pass everything through.
   if (pool_) pool_->AbandonAfterFork();
+  if (watch_) watch_->AbandonAfterFork();
   static const ShimState child{Mode::kOff, Mode::kOff, "a fork's child", nullptr, nullptr};
   Publish(&child);
   // Signals do in the child exactly what they do without lazypin.

@@ -79,7 +79,7 @@ void Stats::RecordCall(Api api, size_t bytes, int result, int64_t latency_ns, Ac
     }
   } else {
     if (action == Action::kDeferred) deferred_ += 1;
-    if (result == 0 && action == Action::kForward) {
+    if (result == 0 && (action == Action::kForward || action == Action::kPassthrough)) {
       real_unregister_.calls += 1;
       real_unregister_.ns += latency_ns;
     }
@@ -144,9 +144,9 @@ std::string Stats::SummaryJson(const PoolCounters& pool, int64_t t_ns, const cha
   }
   return fmt::format(
       R"({{"type":"summary","t_ns":{},"ended_by":"{}","apis":{{{}}},"size_classes":{{{}}},)"
-      R"("pool":{{"hits":{},"misses":{},"deferred":{},"evictions":{{{}}},"peak_bytes":{},)"
+      R"("pool":{{"hits":{},"misses":{},"deferred":{},"passed":{},"evictions":{{{}}},"peak_bytes":{},)"
       R"("peak_entries":{},"pooled_bytes":{},"pooled_entries":{},"saved_ns_est":{}}}}})",
-      t_ns, ended_by, apis, sizes, pool.hits, pool.misses, pool.deferred, evictions,
+      t_ns, ended_by, apis, sizes, pool.hits, pool.misses, pool.deferred, pool.passed, evictions,
       pool.peak_bytes, pool.peak_entries, pool.pooled_bytes, pool.pooled_entries,
       SavedEstimateNs());
 }
@@ -167,10 +167,10 @@ std::string Stats::SummaryText(const PoolCounters& pool, bool defer) const {
     for (uint64_t n : pool.evictions) evicted += n;
     const uint64_t registers = pool.hits + pool.misses;
     out += fmt::format(
-        "lazypin: pool: {} hits / {} registers ({:.0f}%), {} deferred, {} evicted, peak {} "
-        "entries / {} bytes, saved ~{}\n",
+        "lazypin: pool: {} hits / {} registers ({:.0f}%), {} deferred, {} passed through, {} "
+        "evicted, peak {} entries / {} bytes, saved ~{}\n",
         pool.hits, registers, registers ? 100.0 * pool.hits / registers : 0.0, pool.deferred,
-        evicted, pool.peak_entries, pool.peak_bytes, Human(SavedEstimateNs()));
+        pool.passed, evicted, pool.peak_entries, pool.peak_bytes, Human(SavedEstimateNs()));
   }
   return out;
 }

@@ -35,15 +35,26 @@ const char* ActionName(Action action) {
     case Action::kHit: return "hit";
     case Action::kMiss: return "miss";
     case Action::kDeferred: return "deferred";
+    case Action::kPassthrough: return "passthrough";
   }
   return "forward";
+}
+
+const char* PassReasonName(PassReason reason) {
+  switch (reason) {
+    case PassReason::kNone: return "";
+    case PassReason::kShared: return "shared";
+    case PassReason::kUnwatched: return "unwatched";
+    case PassReason::kLeft: return "left";
+  }
+  return "";
 }
 
 const char* EvictReasonName(EvictReason reason) {
   static constexpr const char* kNames[] = {
       "lru",    "idle",   "overlap",    "make_room", "query", "free",  "realloc",
       "munmap", "mremap", "mmap_fixed", "madvise",   "brk",   "shmdt", "shmat",
-      "context", "pfn",   "exit"};
+      "context", "pfn",   "exit", "watch"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<int>(EvictReason::kCount));
   return kNames[static_cast<int>(reason)];
 }

@@ -17,16 +17,23 @@ bool IsRegister(Api api);
 enum class Via { kSymbol, kDlsym, kGetProc };
 const char* ViaName(Via via);
 
-// What lazypin did with one program call: forwarded it (log mode, or not
-// poolable), served a register from the pool (hit), forwarded a register in
-// defer mode (miss), kept an unregister in the pool (deferred).
-enum class Action { kForward, kHit, kMiss, kDeferred };
+// What lazypin did with one program call: forwarded it (log mode, or too
+// big to pool), served a register from the pool (hit), forwarded a register
+// in defer mode (miss), kept an unregister in the pool (deferred), or
+// forwarded an unregister it would have kept, for a PassReason (passthrough).
+enum class Action { kForward, kHit, kMiss, kDeferred, kPassthrough };
 const char* ActionName(Action action);
+
+// Why a registration is not deferred: its pages are shared or file-backed
+// (they can change with no call of this process), lazypin cannot watch them,
+// or they left the process while the program still held the registration.
+enum class PassReason { kNone, kShared, kUnwatched, kLeft };
+const char* PassReasonName(PassReason reason);
 
 // Why lazypin really unregistered a pooled registration.
 enum class EvictReason {
   kLru, kIdle, kOverlap, kMakeRoom, kQuery, kFree, kRealloc, kMunmap, kMremap, kMmapFixed,
-  kMadvise, kBrk, kShmdt, kShmat, kContext, kPfn, kExit,
+  kMadvise, kBrk, kShmdt, kShmat, kContext, kPfn, kExit, kWatch,
   kCount  // number of reasons
 };
 const char* EvictReasonName(EvictReason reason);
