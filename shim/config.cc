@@ -171,6 +171,14 @@ const Option kOptions[] = {
        return Store(ParseBool(t), &c->release_at_exit);
      },
      [](const Config& c) { return JsonBool(c.release_at_exit); }},
+    {"LAZYPIN_UNREGISTER_WAIT", "unregister_wait", "1", "1", "0 or 1",
+     "1: a deferred unregister first waits for the work in flight in the current context, as "
+     "the driver's unregister does; 0: it returns at once, and work in flight (an async copy "
+     "into another buffer) may not be complete when it returns",
+     [](std::string_view t, uint64_t, Config* c) {
+       return Store(ParseBool(t), &c->unregister_wait);
+     },
+     [](const Config& c) { return JsonBool(c.unregister_wait); }},
 };
 const size_t kOptionCount = sizeof(kOptions) / sizeof(kOptions[0]);
 

@@ -26,6 +26,7 @@ struct Config {
   int64_t idle_ms = 0;            // collector: release what sat unused this long; 0 = never
   bool check_pfn = false;         // verify physical pages on every hit (root)
   bool release_at_exit = false;   // unregister the pool one by one at exit
+  bool unregister_wait = false;   // a deferred unregister waits for the work in flight first
 };
 
 // One row per LAZYPIN_* variable of the shim: the one place that names it,

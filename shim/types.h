@@ -26,7 +26,7 @@ const char* ActionName(Action action);
 // Why lazypin really unregistered a pooled registration.
 enum class EvictReason {
   kLru, kIdle, kOverlap, kMakeRoom, kQuery, kFree, kRealloc, kMunmap, kMremap, kMmapFixed,
-  kMadvise, kBrk, kShmdt, kShmat, kContext, kPfn, kExit,
+  kMadvise, kBrk, kShmdt, kShmat, kContext, kPfn, kExit, kFork, kMprotect,
   kCount  // number of reasons
 };
 const char* EvictReasonName(EvictReason reason);
