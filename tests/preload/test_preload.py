@@ -260,7 +260,12 @@ class PreloadTest(AppTestCase):
                    "cuPointerGetAttribute", "cuPointerGetAttributes", "cuMemHostGetFlags",
                    "cuMemHostGetDevicePointer_v2", "cuGetProcAddress", "cuGetProcAddress_v2",
                    "dlsym", "free", "cfree", "realloc", "reallocarray", "mmap", "mmap64",
-                   "munmap", "mremap", "madvise", "brk", "sbrk", "shmdt", "shmat"}
+                   "munmap", "mremap", "madvise", "brk", "sbrk", "shmdt", "shmat",
+                   "mprotect", "pkey_mprotect",
+                   "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyAsync",
+                   "cuMemcpy2DAsync_v2", "cuMemcpy3DAsync_v2", "cuMemcpyHtoDAsync_v2_ptsz",
+                   "cuMemcpyDtoHAsync_v2_ptsz", "cuMemcpyAsync_ptsz", "cuMemcpy2DAsync_v2_ptsz",
+                   "cuMemcpy3DAsync_v2_ptsz"}
         self.assertEqual(names, allowed)
         ldd = subprocess.run(["ldd", LIB], capture_output=True, text=True, check=True).stdout
         for banned in ("libcudart", "libcuda.so", "libspdlog", "libfmt"):
