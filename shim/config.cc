@@ -197,6 +197,14 @@ const Option kOptions[] = {
      "1: defer shared and file-backed pages too (only if no other process changes those files)",
      [](std::string_view t, uint64_t, Config* c) { return Store(ParseBool(t), &c->defer_shared); },
      [](const Config& c) { return JsonBool(c.defer_shared); }},
+    {"LAZYPIN_UNREGISTER_WAIT", "unregister_wait", "1", "1", "0 or 1",
+     "1: a deferred unregister first waits for the work in flight in the current context, as "
+     "the driver's unregister does; 0: it returns at once, and work in flight (an async copy "
+     "into another buffer) may not be complete when it returns",
+     [](std::string_view t, uint64_t, Config* c) {
+       return Store(ParseBool(t), &c->unregister_wait);
+     },
+     [](const Config& c) { return JsonBool(c.unregister_wait); }},
 };
 const size_t kOptionCount = sizeof(kOptions) / sizeof(kOptions[0]);
 

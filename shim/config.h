@@ -34,6 +34,7 @@ struct Config {
   bool release_at_exit = false;   // unregister the pool one by one at exit
   WatchMode watch = WatchMode::kAuto;
   bool defer_shared = false;      // defer shared and file-backed pages too
+  bool unregister_wait = false;   // a deferred unregister waits for the work in flight first
 };
 
 // One row per LAZYPIN_* variable of the shim: the one place that names it,

@@ -23,11 +23,26 @@ void Dispatch::Record(const ProgramCall& call, const Outcome& outcome, int64_t l
                           outcome.reason});
 }
 
-Outcome Dispatch::Act(const ProgramCall& call, absl::FunctionRef<int()> real) {
-  if (pool_ == nullptr) return Outcome{real(), Action::kForward, 0};
+bool Dispatch::WaitBeforeDefer(Context ctx) {
+  if (!unregister_wait_) return true;
   ScopedInsideLazypin inside;
-  if (IsRegister(call.api)) return pool_->Register(Request(call, env_->CurrentContext()), real);
-  return pool_->Unregister(reinterpret_cast<uintptr_t>(call.ptr), real);
+  return env_->WaitForDevice(ctx) == kCudaSuccess;
+}
+
+Outcome Dispatch::Act(const ProgramCall& call, absl::FunctionRef<int()> real,
+                      RuntimeFrame::Wait wait) {
+  if (pool_ == nullptr) return Outcome{real(), Action::kForward, 0};
+  const Context ctx = env_->CurrentContext();
+  if (IsRegister(call.api)) {
+    ScopedInsideLazypin inside;
+    return pool_->Register(Request(call, ctx), real);
+  }
+  // With no current context the driver refuses (201) and keeps the
+  // registration: forward, so that it does.
+  const bool may_defer = ctx != nullptr && wait != RuntimeFrame::Wait::kNoDefer &&
+                         (wait == RuntimeFrame::Wait::kWaited || WaitBeforeDefer(ctx));
+  ScopedInsideLazypin inside;
+  return pool_->Unregister(reinterpret_cast<uintptr_t>(call.ptr), real, may_defer);
 }
 
 int Dispatch::Runtime(const ProgramCall& call, absl::FunctionRef<int()> real) {
@@ -37,20 +52,29 @@ int Dispatch::Runtime(const ProgramCall& call, absl::FunctionRef<int()> real) {
   // the current one (cudart uses it when there is one). Everything else goes
   // through cudart to the driver hook, so that cudart sees only the driver's
   // final answer (its last error too).
+  // With no current context, cudart makes the primary context current first
+  // (so the thread's state afterwards is cudart's): an unregister then goes
+  // through cudart too, and the driver hook beneath decides.
   std::optional<Outcome> fast;
+  RuntimeFrame frame;
   if (pool_ != nullptr) {
-    ScopedInsideLazypin inside;
-    if (IsRegister(call.api)) {
-      if (Context ctx = env_->CurrentContext()) fast = pool_->TryHit(Request(call, ctx));
-    } else {
-      fast = pool_->TryDefer(reinterpret_cast<uintptr_t>(call.ptr));
+    if (Context ctx = env_->CurrentContext()) {
+      if (IsRegister(call.api)) {
+        ScopedInsideLazypin inside;
+        fast = pool_->TryHit(Request(call, ctx));
+      } else if (WaitBeforeDefer(ctx)) {
+        frame.wait = RuntimeFrame::Wait::kWaited;
+        ScopedInsideLazypin inside;
+        fast = pool_->TryDefer(reinterpret_cast<uintptr_t>(call.ptr));
+      } else {
+        frame.wait = RuntimeFrame::Wait::kNoDefer;
+      }
     }
   }
   Outcome outcome;
   if (fast) {
     outcome = *fast;
   } else {
-    RuntimeFrame frame;
     RuntimeFrame* const outer = t_state.runtime_frame;
     t_state.runtime_frame = &frame;
     const int result = real();
@@ -66,7 +90,7 @@ int Dispatch::Driver(const ProgramCall& call, absl::FunctionRef<int()> real) {
   if (RuntimeFrame* frame = t_state.runtime_frame) {
     // cudart on behalf of the runtime call above: act, report into its frame.
     t_state.runtime_frame = nullptr;  // a driver call made from inside this one is not cudart's
-    const Outcome outcome = Act(call, real);
+    const Outcome outcome = Act(call, real, frame->wait);
     t_state.runtime_frame = frame;
     frame->driver_calls += 1;
     frame->outcome.action = outcome.action;
@@ -75,7 +99,7 @@ int Dispatch::Driver(const ProgramCall& call, absl::FunctionRef<int()> real) {
     return outcome.result;
   }
   const int64_t t0 = env_->NowNs();
-  const Outcome outcome = Act(call, real);
+  const Outcome outcome = Act(call, real, RuntimeFrame::Wait::kNotYet);
   Record(call, outcome, env_->NowNs() - t0);
   return outcome.result;
 }
@@ -90,6 +114,17 @@ void Dispatch::BeforePrimaryContextReset(int device, bool forget_in_use) {
   if (pool_ == nullptr) return;
   ScopedInsideLazypin inside;
   pool_->DropDevice(device, forget_in_use);
+}
+
+void Dispatch::AfterPrimaryContextRelease(int device) {
+  if (pool_ == nullptr) return;
+  ScopedInsideLazypin inside;
+  if (!env_->PrimaryContextActive(device)) pool_->DropDevice(device, /*forget_in_use=*/true);
+}
+
+void Dispatch::SynchronizeIfDeferred(uintptr_t lo, uintptr_t hi, void* stream) {
+  ScopedInsideLazypin inside;
+  if (pool_->HoldsDeferred(lo, hi)) env_->SynchronizeStream(stream);
 }
 
 void Dispatch::BeforeQuery(uintptr_t ptr) {

@@ -50,6 +50,18 @@ class DispatchEnv {
   virtual int CurrentDevice() = 0;
   // Exactly once per program call, after it returned from the driver or the pool.
   virtual void Record(const CallRecord& record) = 0;
+  // Waits, on the calling thread, for the work in flight in `ctx` (the
+  // calling thread's current context) and returns the driver's result. This
+  // is the only place lazypin synchronizes the device on the program's
+  // behalf (cuCtxSynchronize), so that whatever must not be synchronized
+  // (a stream capture in progress: a synchronize invalidates it) is decided
+  // in this one function.
+  virtual int WaitForDevice(Context ctx) = 0;
+  // Whether `device`'s primary context is active (retained) now; false when unknown.
+  virtual bool PrimaryContextActive(int device) = 0;
+  // Waits for the work queued on `stream` (a copy just submitted to it),
+  // unless the stream is being captured.
+  virtual void SynchronizeStream(void* stream) = 0;
 };
 
 // Open while a runtime call is in cudart: the driver calls cudart makes on
@@ -57,12 +69,19 @@ class DispatchEnv {
 struct RuntimeFrame {
   Outcome outcome;
   int driver_calls = 0;
+  // An unregister: the runtime hook already waited (kWaited: cudart's driver
+  // call need not wait again) or the wait failed (kNoDefer: forward it).
+  enum class Wait { kNotYet, kWaited, kNoDefer } wait = Wait::kNotYet;
 };
 
 class Dispatch {
  public:
   // `pool` null: log mode (every call forwarded, timed and recorded).
-  Dispatch(DispatchEnv* env, Pool* pool) : env_(env), pool_(pool) {}
+  // `unregister_wait` (LAZYPIN_UNREGISTER_WAIT): a deferred unregister first
+  // waits for the work in flight in the current context, as the driver's
+  // unregister does; when that wait fails the unregister is forwarded.
+  Dispatch(DispatchEnv* env, Pool* pool, bool unregister_wait = true)
+      : env_(env), pool_(pool), unregister_wait_(unregister_wait) {}
   Dispatch(const Dispatch&) = delete;
   Dispatch& operator=(const Dispatch&) = delete;
 
@@ -78,18 +97,35 @@ class Dispatch {
   // Driver calls that change what the pool may hold.
   void BeforeContextDestroy(Context ctx);
   void BeforePrimaryContextReset(int device, bool forget_in_use);
+  // After a successful cuDevicePrimaryCtxRelease: if that released the last
+  // reference, the driver dropped the context's registrations, in use too.
+  void AfterPrimaryContextRelease(int device);
   // A pointer query: memory the program unregistered must look unregistered.
   void BeforeQuery(uintptr_t ptr);
+  // An async copy touching host memory [lo, hi) was just queued on `stream`:
+  // if the program unregistered that memory (a deferred entry), it is
+  // pageable to the program, and a pageable copy has completed (or staged
+  // its source) when the call returns, so the stream is synchronized.
+  // Inline: nothing deferred costs one relaxed load.
+  void AfterAsyncCopy(uintptr_t lo, uintptr_t hi, void* stream) {
+    if (pool_ == nullptr || !pool_->MaybeHolds(lo, hi)) return;
+    SynchronizeIfDeferred(lo, hi, stream);
+  }
 
   Pool* pool() const { return pool_; }
 
  private:
-  Outcome Act(const ProgramCall& call, absl::FunctionRef<int()> real);
+  Outcome Act(const ProgramCall& call, absl::FunctionRef<int()> real, RuntimeFrame::Wait wait);
+  // The implicit wait before a deferral (see the constructor): false if the
+  // unregister must be forwarded.
+  bool WaitBeforeDefer(Context ctx);
+  void SynchronizeIfDeferred(uintptr_t lo, uintptr_t hi, void* stream);
   RegisterRequest Request(const ProgramCall& call, Context ctx);
   void Record(const ProgramCall& call, const Outcome& outcome, int64_t latency_ns);
 
   DispatchEnv* const env_;
   Pool* const pool_;
+  const bool unregister_wait_;
 };
 
 }  // namespace lazypin

@@ -16,8 +16,8 @@ void* RuntimeHookOf(const char* name, Via via);
 // Hands that copy its real function; false if it already has another one.
 bool OfferRuntimeReal(const char* name, Via via, void* fn);
 
-// The getter's answer `*pfn` for `symbol` at `version`: replaced by our hook
-// when we own that entry point.
-void SwapForHook(const char* symbol, int version, void** pfn);
+// The getter's answer `*pfn` for `symbol` at `version` with the getter's
+// `flags`: replaced by our hook when we own that entry point.
+void SwapForHook(const char* symbol, int version, unsigned long long flags, void** pfn);
 
 }  // namespace lazypin

@@ -16,6 +16,7 @@
 #include "cuda.h"
 #include "dispatch.h"
 #include "hooks.h"
+#include "pages.h"
 #include "real.h"
 #include "shim.h"
 #include "state.h"
@@ -30,6 +31,10 @@ struct HookEntry {
   const char* name;       // exported symbol and dlsym name, e.g. "cuMemHostRegister_v2"
   const char* proc_name;  // name the getter is asked, e.g. "cuMemHostRegister"
   int min_version, max_version;  // getter cudaVersion range this entry serves
+  // Which getter flags it serves: the per-thread-default-stream variant
+  // (CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, a `_ptsz` function) is a
+  // different entry point from the legacy one; most are the same for both.
+  enum class Stream { kAny, kLegacy, kPerThread } stream;
   void* (*hook)(Via via);
   bool (*offer)(Via via, void* real);  // false: keep the real function, no hook
 };
@@ -138,8 +143,113 @@ CONTEXT_HOOK(cuCtxDestroy, CUcontext, BeforeContextDestroy(arg))
 CONTEXT_HOOK(cuCtxDestroy_v2, CUcontext, BeforeContextDestroy(arg))
 CONTEXT_HOOK(cuDevicePrimaryCtxReset, CUdevice, BeforePrimaryContextReset(arg, true))
 CONTEXT_HOOK(cuDevicePrimaryCtxReset_v2, CUdevice, BeforePrimaryContextReset(arg, true))
-CONTEXT_HOOK(cuDevicePrimaryCtxRelease, CUdevice, BeforePrimaryContextReset(arg, false))
-CONTEXT_HOOK(cuDevicePrimaryCtxRelease_v2, CUdevice, BeforePrimaryContextReset(arg, false))
+// A release to 0 destroys the primary context, and the driver its registrations.
+#define RELEASE_HOOK(NAME)                                                     \
+  HOOK(NAME, CUresult, DriverSymbol, (CUdevice, device)) {                     \
+    Dispatch* dispatch = PublishedDispatch();                                  \
+    if (dispatch != nullptr) dispatch->BeforePrimaryContextReset(device, false); \
+    const CUresult result = real(device);                                      \
+    if (dispatch != nullptr && result == CUDA_SUCCESS) {                       \
+      dispatch->AfterPrimaryContextRelease(device);                            \
+    }                                                                          \
+    return result;                                                             \
+  }
+RELEASE_HOOK(cuDevicePrimaryCtxRelease)
+RELEASE_HOOK(cuDevicePrimaryCtxRelease_v2)
+
+// ---- async copies: memory the program unregistered copies as pageable -------
+// After the real call: the copy's host ranges (a side that is host or
+// unified memory) go to Dispatch::AfterAsyncCopy, which synchronizes the
+// stream if the program has unregistered that memory (pool.h: deferred).
+namespace {
+uintptr_t HostAddr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+
+void AfterCopy(CUresult result, uintptr_t lo, size_t bytes, CUstream stream) {
+  if (result != CUDA_SUCCESS || bytes == 0 || t_state.inside) return;
+  if (Dispatch* dispatch = PublishedDispatch()) {
+    dispatch->AfterAsyncCopy(lo, RangeEnd(lo, bytes), stream);
+  }
+}
+
+// The host bytes one side of a 2D/3D copy spans, from its first to its last row.
+size_t Span(size_t pitch, size_t width, size_t rows) {
+  return rows == 0 || width == 0 ? 0 : (rows - 1) * pitch + width;
+}
+
+void AfterCopy2D(CUresult result, const CUDA_MEMCPY2D* c, CUstream stream) {
+  if (result != CUDA_SUCCESS || c == nullptr) return;
+  auto side = [&](CUmemorytype type, const void* host, CUdeviceptr unified, size_t x, size_t y,
+                  size_t pitch) {
+    const uintptr_t base = type == CU_MEMORYTYPE_HOST      ? HostAddr(host)
+                           : type == CU_MEMORYTYPE_UNIFIED ? uintptr_t{unified}
+                                                           : 0;
+    if (base != 0) {
+      AfterCopy(result, base + y * pitch + x, Span(pitch, c->WidthInBytes, c->Height), stream);
+    }
+  };
+  side(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcXInBytes, c->srcY, c->srcPitch);
+  side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstXInBytes, c->dstY, c->dstPitch);
+}
+
+void AfterCopy3D(CUresult result, const CUDA_MEMCPY3D* c, CUstream stream) {
+  if (result != CUDA_SUCCESS || c == nullptr) return;
+  auto side = [&](CUmemorytype type, const void* host, CUdeviceptr unified, size_t x, size_t y,
+                  size_t z, size_t pitch, size_t height) {
+    const uintptr_t base = type == CU_MEMORYTYPE_HOST      ? HostAddr(host)
+                           : type == CU_MEMORYTYPE_UNIFIED ? uintptr_t{unified}
+                                                           : 0;
+    if (base == 0) return;
+    const size_t rows = c->Depth == 0 ? 0 : (c->Depth - 1) * height + c->Height;
+    AfterCopy(result, base + (z * height + y) * pitch + x, Span(pitch, c->WidthInBytes, rows),
+              stream);
+  };
+  side(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcXInBytes, c->srcY, c->srcZ, c->srcPitch,
+       c->srcHeight);
+  side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstXInBytes, c->dstY, c->dstZ, c->dstPitch,
+       c->dstHeight);
+}
+
+// A `_ptsz` function's null stream is the calling thread's per-thread stream.
+CUstream PerThread(CUstream stream) { return stream == nullptr ? CU_STREAM_PER_THREAD : stream; }
+}  // namespace
+
+// Each copy twice: the legacy-stream entry point and its `_ptsz` twin.
+#define COPY_HOOKS(NAME, AFTER)                                                          \
+  HOOK(NAME, CUresult, DriverSymbol, COPY_PARAMS_##NAME) {                               \
+    const CUresult result = real COPY_ARGS_##NAME;                                       \
+    AFTER(stream);                                                                       \
+    return result;                                                                       \
+  }                                                                                      \
+  HOOK(NAME##_ptsz, CUresult, DriverSymbol, COPY_PARAMS_##NAME) {                        \
+    const CUresult result = real COPY_ARGS_##NAME;                                       \
+    AFTER(PerThread(stream));                                                            \
+    return result;                                                                       \
+  }
+#define COPY_PARAMS_cuMemcpyHtoDAsync_v2 \
+  (CUdeviceptr, dst), (const void*, src), (size_t, bytes), (CUstream, stream)
+#define COPY_ARGS_cuMemcpyHtoDAsync_v2 (dst, src, bytes, stream)
+#define COPY_PARAMS_cuMemcpyDtoHAsync_v2 \
+  (void*, dst), (CUdeviceptr, src), (size_t, bytes), (CUstream, stream)
+#define COPY_ARGS_cuMemcpyDtoHAsync_v2 (dst, src, bytes, stream)
+#define COPY_PARAMS_cuMemcpyAsync \
+  (CUdeviceptr, dst), (CUdeviceptr, src), (size_t, bytes), (CUstream, stream)
+#define COPY_ARGS_cuMemcpyAsync (dst, src, bytes, stream)
+#define COPY_PARAMS_cuMemcpy2DAsync_v2 (const CUDA_MEMCPY2D*, copy), (CUstream, stream)
+#define COPY_ARGS_cuMemcpy2DAsync_v2 (copy, stream)
+#define COPY_PARAMS_cuMemcpy3DAsync_v2 (const CUDA_MEMCPY3D*, copy), (CUstream, stream)
+#define COPY_ARGS_cuMemcpy3DAsync_v2 (copy, stream)
+
+#define AFTER_HTOD(s) AfterCopy(result, HostAddr(src), bytes, s)
+#define AFTER_DTOH(s) AfterCopy(result, HostAddr(dst), bytes, s)
+// Unified addressing: either side may be host memory.
+#define AFTER_ANY(s) (AfterCopy(result, src, bytes, s), AfterCopy(result, dst, bytes, s))
+#define AFTER_2D(s) AfterCopy2D(result, copy, s)
+#define AFTER_3D(s) AfterCopy3D(result, copy, s)
+COPY_HOOKS(cuMemcpyHtoDAsync_v2, AFTER_HTOD)
+COPY_HOOKS(cuMemcpyDtoHAsync_v2, AFTER_DTOH)
+COPY_HOOKS(cuMemcpyAsync, AFTER_ANY)
+COPY_HOOKS(cuMemcpy2DAsync_v2, AFTER_2D)
+COPY_HOOKS(cuMemcpy3DAsync_v2, AFTER_3D)
 
 // ---- pointer queries: memory the program unregistered must look unregistered
 HOOK(cuPointerGetAttribute, CUresult, DriverSymbol, (void*, data),
@@ -169,14 +279,14 @@ HOOK(cuMemHostGetDevicePointer_v2, CUresult, DriverSymbol, (CUdeviceptr*, dptr),
 HOOK(cuGetProcAddress, CUresult, DriverSymbol, (const char*, symbol), (void**, pfn), (int, version),
      (cuuint64_t, flags)) {
   const CUresult result = real(symbol, pfn, version, flags);
-  if (result == CUDA_SUCCESS) SwapForHook(symbol, version, pfn);
+  if (result == CUDA_SUCCESS) SwapForHook(symbol, version, flags, pfn);
   return result;
 }
 
 HOOK(cuGetProcAddress_v2, CUresult, DriverSymbol, (const char*, symbol), (void**, pfn),
      (int, version), (cuuint64_t, flags), (CUdriverProcAddressQueryResult*, status)) {
   const CUresult result = real(symbol, pfn, version, flags, status);
-  if (result == CUDA_SUCCESS) SwapForHook(symbol, version, pfn);
+  if (result == CUDA_SUCCESS) SwapForHook(symbol, version, flags, pfn);
   return result;
 }
 
@@ -184,9 +294,16 @@ HOOK(cuGetProcAddress_v2, CUresult, DriverSymbol, (const char*, symbol), (void**
 namespace lazypin {
 namespace {
 
-#define ENTRY(NAME, PROC, MIN, MAX) {#NAME, PROC, MIN, MAX, &HookOf_##NAME, &OfferReal_##NAME}
+#define ENTRY_FOR(NAME, PROC, MIN, MAX, STREAM) \
+  {#NAME, PROC, MIN, MAX, HookEntry::Stream::STREAM, &HookOf_##NAME, &OfferReal_##NAME}
+#define ENTRY(NAME, PROC, MIN, MAX) ENTRY_FOR(NAME, PROC, MIN, MAX, kAny)
+// A copy's legacy entry point and its per-thread-stream twin (cuda.h's versions).
+#define COPY_ENTRIES(NAME, PROC, MIN)                   \
+  ENTRY_FOR(NAME, PROC, MIN, INT_MAX, kLegacy),         \
+  ENTRY_FOR(NAME##_ptsz, PROC, 7000, INT_MAX, kPerThread)
 #define RUNTIME_ENTRY(NAME)                                                             \
-  {#NAME, nullptr, 0, -1, [](Via via) { return RuntimeHookOf(#NAME, via); },          \
+  {#NAME, nullptr, 0, -1, HookEntry::Stream::kAny,                                      \
+   [](Via via) { return RuntimeHookOf(#NAME, via); },                                   \
    [](Via via, void* fn) { return OfferRuntimeReal(#NAME, via, fn); }}
 const HookEntry kHooks[] = {
     ENTRY(cuMemHostRegister, "cuMemHostRegister", 0, 6049),
@@ -204,6 +321,11 @@ const HookEntry kHooks[] = {
     ENTRY(cuMemHostGetDevicePointer_v2, "cuMemHostGetDevicePointer", 3020, INT_MAX),
     ENTRY(cuGetProcAddress, "cuGetProcAddress", 0, 11999),
     ENTRY(cuGetProcAddress_v2, "cuGetProcAddress", 12000, INT_MAX),
+    COPY_ENTRIES(cuMemcpyHtoDAsync_v2, "cuMemcpyHtoDAsync", 3020),
+    COPY_ENTRIES(cuMemcpyDtoHAsync_v2, "cuMemcpyDtoHAsync", 3020),
+    COPY_ENTRIES(cuMemcpyAsync, "cuMemcpyAsync", 4000),
+    COPY_ENTRIES(cuMemcpy2DAsync_v2, "cuMemcpy2DAsync", 3020),
+    COPY_ENTRIES(cuMemcpy3DAsync_v2, "cuMemcpy3DAsync", 3020),
     RUNTIME_ENTRY(cudaHostRegister),
     RUNTIME_ENTRY(cudaHostUnregister),
 };
@@ -227,11 +349,14 @@ void* DlsymHooked(void* handle, const char* symbol, const HookEntry& entry) {
 
 }  // namespace
 
-void SwapForHook(const char* symbol, int version, void** pfn) {
+void SwapForHook(const char* symbol, int version, unsigned long long flags, void** pfn) {
   if (symbol == nullptr || pfn == nullptr || *pfn == nullptr || IsOurs(*pfn)) return;
+  const HookEntry::Stream stream = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)
+                                       ? HookEntry::Stream::kPerThread
+                                       : HookEntry::Stream::kLegacy;
   for (const HookEntry& e : kHooks) {
     if (e.proc_name != nullptr && strcmp(e.proc_name, symbol) == 0 && version >= e.min_version &&
-        version <= e.max_version) {
+        version <= e.max_version && (e.stream == HookEntry::Stream::kAny || e.stream == stream)) {
       if (e.offer(Via::kGetProc, *pfn)) *pfn = e.hook(Via::kGetProc);
       return;
     }

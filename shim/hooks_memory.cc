@@ -41,6 +41,8 @@ using BrkFn = int (*)(void*);
 using SbrkFn = void* (*)(intptr_t);
 using ShmdtFn = int (*)(const void*);
 using ShmatFn = void* (*)(int, const void*, int);
+using MprotectFn = int (*)(void*, size_t, int);
+using PkeyMprotectFn = int (*)(void*, size_t, int, int);
 
 real::Lazy<FreeFn> g_free;
 real::Lazy<ReallocFn> g_realloc;
@@ -54,6 +56,8 @@ real::Lazy<BrkFn> g_brk;
 real::Lazy<SbrkFn> g_sbrk;
 real::Lazy<ShmdtFn> g_shmdt;
 real::Lazy<ShmatFn> g_shmat;
+real::Lazy<MprotectFn> g_mprotect;
+real::Lazy<PkeyMprotectFn> g_pkey_mprotect;
 
 thread_local int t_selftest_hits LAZYPIN_TLS = 0;
 
@@ -309,4 +313,27 @@ LAZYPIN_EXPORT void* shmat(int id, const void* addr, int flags) {
   ShmatFn real = g_shmat.Get(&real::Next, "shmat");
   if (real == nullptr) return reinterpret_cast<void*>(syscall(SYS_shmat, id, addr, flags));
   return real(id, addr, flags);
+}
+
+// Less access than read and write: the driver refuses to register such
+// memory, so a pooled registration there must not answer for it.
+static void RangeProtecting(const void* addr, size_t len, int prot) {
+  if (len == 0) return;
+  if (const MemoryGuard* guard = Guard()) {
+    guard->Protecting(Addr(addr), PageCeil(RangeEnd(Addr(addr), len)), prot);
+  }
+}
+
+LAZYPIN_EXPORT int mprotect(void* addr, size_t len, int prot) {
+  RangeProtecting(addr, len, prot);
+  if (MprotectFn real = g_mprotect.Get(&real::Next, "mprotect")) return real(addr, len, prot);
+  return static_cast<int>(syscall(SYS_mprotect, addr, len, prot));
+}
+
+LAZYPIN_EXPORT int pkey_mprotect(void* addr, size_t len, int prot, int pkey) {
+  RangeProtecting(addr, len, prot);
+  if (PkeyMprotectFn real = g_pkey_mprotect.Get(&real::Next, "pkey_mprotect")) {
+    return real(addr, len, prot, pkey);
+  }
+  return static_cast<int>(syscall(SYS_pkey_mprotect, addr, len, prot, pkey));
 }

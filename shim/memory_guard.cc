@@ -2,6 +2,7 @@
 #include "memory_guard.h"
 
 #include <malloc.h>
+#include <sys/mman.h>
 
 #include "collector.h"
 #include "thread_state.h"
@@ -9,15 +10,21 @@
 namespace lazypin {
 
 void MemoryGuard::Leaving(uintptr_t lo, uintptr_t hi, EvictReason reason) const {
-  if (t_state.inside > 0 || !pool_->MaybeHolds(lo, hi)) return;
+  if (t_state.inside > 0 || !pool_->MaybeTracks(lo, hi)) return;
   ScopedInsideLazypin inside;
+  pool_->MarkLeft(lo, hi);
   pool_->Invalidate(lo, hi, reason);
+}
+
+void MemoryGuard::Protecting(uintptr_t lo, uintptr_t hi, int prot) const {
+  constexpr int kReadWrite = PROT_READ | PROT_WRITE;
+  if ((prot & kReadWrite) != kReadWrite) Leaving(lo, hi, EvictReason::kMprotect);
 }
 
 bool MemoryGuard::TakeFree(void* block) const {
   const uintptr_t lo = reinterpret_cast<uintptr_t>(block);
   const size_t bytes = malloc_usable_size(block);
-  if (!pool_->MaybeHolds(lo, lo + bytes)) return false;
+  if (!pool_->MaybeTracks(lo, lo + bytes)) return false;
   if (t_state.inside > 0) {
     // lazypin's own code is running on this thread (and may hold the pool's
     // lock), so this free comes from it (never pooled memory) or from a
@@ -34,6 +41,7 @@ bool MemoryGuard::TakeFree(void* block) const {
   bool pooled;
   {
     ScopedInsideLazypin inside;  // a signal handler's free meanwhile must not take the lock
+    pool_->MarkLeft(lo, lo + bytes);
     pooled = pool_->HoldsDeferred(lo, lo + bytes);
   }
   if (!pooled) return false;

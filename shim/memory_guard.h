@@ -24,12 +24,20 @@ class MemoryGuard {
   // `collector` may be null (then pooled blocks are invalidated on the freeing thread).
   MemoryGuard(Pool* pool, Collector* collector) : pool_(pool), collector_(collector) {}
 
-  // Cheap and lock-free: false means nothing is pooled, and every call below would do nothing.
-  bool Holding() const { return !pool_->Empty(); }
+  // Cheap and lock-free: false means the pool holds no entry (in use or
+  // deferred), and every call below would do nothing.
+  bool Holding() const { return pool_->Tracking(); }
 
   // [lo, hi) leaves the process now (munmap, mremap, madvise, ...): pooled
-  // registrations overlapping it are really unregistered before this returns.
+  // registrations overlapping it are really unregistered before this returns,
+  // and registrations the program still holds there are marked (Pool::MarkLeft)
+  // so that its later unregister goes to the driver.
   void Leaving(uintptr_t lo, uintptr_t hi, EvictReason reason) const;
+
+  // mprotect/pkey_mprotect(lo, hi - lo, prot) is about to run: if `prot`
+  // takes read or write access away, the driver would refuse a registration
+  // there, so [lo, hi) is treated as leaving (EvictReason::kMprotect).
+  void Protecting(uintptr_t lo, uintptr_t hi, int prot) const;
 
   // free(block): true if the guard took the block over (it overlaps pooled
   // memory; it is freed once that is unregistered, by the collector or when

@@ -47,7 +47,20 @@ void Pool::AwaitQuiet(std::unique_lock<std::mutex>& lock, uintptr_t lo, uintptr_
   evicted_.wait(lock, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return RangeQuiet(lo, hi); });
 }
 
+void Pool::TrackInUse(const Entry& e) {
+  if (e.state != State::kInUse || e.left) return;
+  in_use_filter_.Add(e.base, RangeEnd(e.base, e.bytes));
+  in_use_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Pool::UntrackInUse(const Entry& e) {
+  if (e.state != State::kInUse || e.left) return;
+  in_use_filter_.Remove(e.base, RangeEnd(e.base, e.bytes));
+  in_use_.fetch_sub(1, std::memory_order_relaxed);
+}
+
 void Pool::MarkDeferred(Entry& e) {
+  UntrackInUse(e);
   e.state = State::kDeferred;
   e.lru_key = next_lru_key_++;
   e.deferred_at = driver_->NowNs();
@@ -73,6 +86,7 @@ Pool::Map::iterator Pool::Erase(Map::iterator it) {
     filter_.Remove(it->second.base, RangeEnd(it->second.base, it->second.bytes));
     holding_.fetch_sub(1, std::memory_order_relaxed);
   }
+  UntrackInUse(it->second);
   return entries_.erase(it);  // a btree erase invalidates every other iterator
 }
 
@@ -131,6 +145,8 @@ const Pool::Entry* Pool::HitLocked(const RegisterRequest& req) {
   filter_.Remove(e.base, RangeEnd(e.base, e.bytes));
   holding_.fetch_sub(1, std::memory_order_relaxed);
   e.state = State::kInUse;
+  e.left = false;
+  TrackInUse(e);
   counters_.hits += 1;
   return &e;
 }
@@ -143,7 +159,10 @@ void Pool::ApplyPageChanges() {
     for (auto it = FirstOverlap(lo); it != entries_.end() && it->first < hi; ++it) {
       Entry& e = it->second;
       if (e.state == State::kDeferred) TakeVictim(e, EvictReason::kWatch, &victims);
-      if (e.state == State::kInUse && e.pass == PassReason::kNone) e.pass = PassReason::kLeft;
+      if (e.state == State::kInUse && !e.left) {
+        UntrackInUse(e);
+        e.left = true;
+      }
     }
   });
   Evict(victims);
@@ -236,6 +255,7 @@ Outcome Pool::Register(const RegisterRequest& req, absl::FunctionRef<int()> forw
     Entry entry{req.ptr, req.bytes, req.flags, req.ctx, req.device, State::kInUse,
                 pass, watched, 0, 0, {}};
     entry.frames = std::move(frames);
+    TrackInUse(entry);
     entries_.emplace(req.ptr, std::move(entry));
   } else if (watched) {
     stale_watched.push_back(Range{lo, hi});
@@ -249,9 +269,8 @@ bool Pool::DeferLocked(uintptr_t ptr, std::vector<Victim>* victims) {
   auto it = entries_.find(ptr);
   if (it == entries_.end() || it->second.state != State::kInUse) return false;
   Entry& e = it->second;
-  if (e.bytes > limits_.max_bytes || limits_.max_entries == 0 || e.pass != PassReason::kNone) {
-    return false;
-  }
+  if (e.left || e.pass != PassReason::kNone) return false;  // the driver answers, as without lazypin
+  if (e.bytes > limits_.max_bytes || limits_.max_entries == 0) return false;
   MarkDeferred(e);
   counters_.deferred += 1;
   TakeOverBounds(victims);
@@ -270,7 +289,7 @@ std::optional<Outcome> Pool::TryDefer(uintptr_t ptr) {
   return Outcome{kCudaSuccess, Action::kDeferred, Evict(victims)};
 }
 
-Outcome Pool::Unregister(uintptr_t ptr, absl::FunctionRef<int()> forward) {
+Outcome Pool::Unregister(uintptr_t ptr, absl::FunctionRef<int()> forward, bool may_defer) {
   if (abandoned_.load(std::memory_order_relaxed) || ptr == 0) {
     return Outcome{forward(), Action::kForward, 0};
   }
@@ -282,16 +301,18 @@ Outcome Pool::Unregister(uintptr_t ptr, absl::FunctionRef<int()> forward) {
   {
     std::unique_lock<std::mutex> lock(mu_);
     AwaitQuiet(lock, ptr, ptr + 1);
-    if (DeferLocked(ptr, &victims)) {
+    if (may_defer && DeferLocked(ptr, &victims)) {
       lock.unlock();
       return Outcome{kCudaSuccess, Action::kDeferred, Evict(victims)};
     }
     auto it = FirstOverlap(ptr);
     const bool contains = it != entries_.end() && it->first <= ptr;
     if (contains && it->first == ptr && it->second.state == State::kInUse) {
-      // Too large to pool, or not deferrable: the driver does the work now.
+      // Not deferrable (too large, its memory left, or the caller said so):
+      // the driver does the work now.
       taken = std::move(it->second);
       took = true;
+      UntrackInUse(taken);
       entries_.erase(it);
     } else if (contains && it->second.state == State::kDeferred) {
       // The program unregisters memory it has already unregistered: make the
@@ -301,9 +322,9 @@ Outcome Pool::Unregister(uintptr_t ptr, absl::FunctionRef<int()> forward) {
     inflight_.push_back(page);
   }
   Outcome out{kCudaSuccess, Action::kForward, Evict(victims)};
-  if (took && taken.pass != PassReason::kNone) {
+  if (took && (taken.pass != PassReason::kNone || taken.left)) {
     out.action = Action::kPassthrough;
-    out.reason = taken.pass;
+    out.reason = taken.pass != PassReason::kNone ? taken.pass : PassReason::kLeft;
   }
   out.result = forward();
   const bool release = took && taken.watched && out.result == kCudaSuccess;
@@ -311,6 +332,7 @@ Outcome Pool::Unregister(uintptr_t ptr, absl::FunctionRef<int()> forward) {
   if (took && out.result != kCudaSuccess) {
     // The driver kept it: so do we.
     std::lock_guard<std::mutex> lock(mu_);
+    TrackInUse(taken);
     entries_.emplace(taken.base, std::move(taken));
   } else if (took && out.action == Action::kPassthrough) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -329,6 +351,23 @@ bool Pool::HoldsDeferred(uintptr_t lo, uintptr_t hi) const {
     if (it->second.state != State::kInUse) return true;
   }
   return false;
+}
+
+int Pool::MarkLeft(uintptr_t lo, uintptr_t hi) {
+  if (abandoned_.load(std::memory_order_relaxed) || hi <= lo ||
+      in_use_.load(std::memory_order_relaxed) == 0) {
+    return 0;
+  }
+  int marked = 0;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = FirstOverlap(lo); it != entries_.end() && it->first < hi; ++it) {
+    Entry& e = it->second;
+    if (e.state != State::kInUse || e.left) continue;
+    UntrackInUse(e);
+    e.left = true;
+    ++marked;
+  }
+  return marked;
 }
 
 int Pool::Invalidate(uintptr_t lo, uintptr_t hi, EvictReason reason) {
@@ -406,6 +445,7 @@ int Pool::ReleaseAll(EvictReason reason) {
 void Pool::AbandonAfterFork() {
   abandoned_.store(true, std::memory_order_relaxed);
   holding_.store(0, std::memory_order_relaxed);
+  in_use_.store(0, std::memory_order_relaxed);
 }
 
 PoolCounters Pool::Counters() const {

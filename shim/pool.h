@@ -15,6 +15,10 @@
 //    subject of any call other than an exact hit, that entry is really
 //    unregistered (evicted) first. Callers wait for evictions in progress.
 //  - The driver is never called with the lock held.
+//  - An unregister is deferred only for memory that has stayed in the
+//    process, with its protection, since it was registered: an in-use entry
+//    whose memory left (MarkLeft) has its unregister forwarded, so the driver
+//    answers as without lazypin.
 #pragma once
 
 #include <atomic>
@@ -103,8 +107,9 @@ class Pool {
 
   // A program's register. `forward` makes the program's own call to the driver.
   Outcome Register(const RegisterRequest& request, absl::FunctionRef<int()> forward);
-  // A program's unregister of `ptr`.
-  Outcome Unregister(uintptr_t ptr, absl::FunctionRef<int()> forward);
+  // A program's unregister of `ptr`; with `may_defer` false (no current
+  // context, the implicit wait failed) it is forwarded, never deferred.
+  Outcome Unregister(uintptr_t ptr, absl::FunctionRef<int()> forward, bool may_defer = true);
 
   // The two outcomes that need no driver call, for a caller (the runtime
   // hook) that must not forward through its own path: an exact hit, or a
@@ -125,6 +130,21 @@ class Pool {
     return holding_.load(std::memory_order_relaxed) != 0 && filter_.MaybeOverlaps(lo, hi);
   }
   bool Empty() const { return holding_.load(std::memory_order_relaxed) == 0; }
+  // Cheap and lock-free, for the memory hooks: false means no entry at all
+  // (in use or deferred) can overlap [lo, hi), so MarkLeft and Invalidate
+  // would do nothing. Tracking(): false means that for every range.
+  bool Tracking() const {
+    return !Empty() || in_use_.load(std::memory_order_relaxed) != 0;
+  }
+  bool MaybeTracks(uintptr_t lo, uintptr_t hi) const {
+    return MaybeHolds(lo, hi) ||
+           (in_use_.load(std::memory_order_relaxed) != 0 && in_use_filter_.MaybeOverlaps(lo, hi));
+  }
+  // Memory [lo, hi) leaves the process (or loses its protection) while the
+  // program may hold registrations in it: the in-use entries overlapping it
+  // are marked so that they never become deferred; the program's unregister
+  // of one is forwarded. Returns how many were marked.
+  int MarkLeft(uintptr_t lo, uintptr_t hi);
   // Exact (takes the lock): a deferred or evicting entry overlaps [lo, hi).
   bool HoldsDeferred(uintptr_t lo, uintptr_t hi) const;
 
@@ -163,6 +183,7 @@ class Pool {
     uint64_t lru_key;    // valid while kDeferred
     int64_t deferred_at;  // ns, valid while kDeferred
     std::vector<uint64_t> frames;  // with check_frames: the pages registered
+    bool left = false;  // kInUse only: the memory left the process (MarkLeft)
   };
   struct Victim {
     uintptr_t base;
@@ -180,6 +201,11 @@ class Pool {
   void AwaitQuiet(std::unique_lock<std::mutex>& lock, uintptr_t lo, uintptr_t hi);
   void MarkDeferred(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnmarkDeferred(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An in-use entry not marked left is in in_use_filter_ and in_use_ while it
+  // is in that state: Watch when it enters it, Unwatch when it leaves it.
+  void TrackInUse(const Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UntrackInUse(const Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the entry at `it` (any state), keeping the lock-free views.
   Map::iterator Erase(Map::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TakeVictim(Entry& e, EvictReason reason, std::vector<Victim>* victims)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -214,8 +240,10 @@ class Pool {
   PoolCounters counters_ ABSL_GUARDED_BY(mu_);
 
   std::atomic<int64_t> holding_{0};  // deferred + evicting entries
+  std::atomic<int64_t> in_use_{0};  // in-use entries not marked left
   std::atomic<bool> abandoned_{false};
-  GranuleFilter filter_;
+  GranuleFilter filter_;         // deferred + evicting entries
+  GranuleFilter in_use_filter_;  // in-use entries not marked left
 };
 
 }  // namespace lazypin

@@ -76,6 +76,7 @@ class Shim;
 Shim* g_shim = nullptr;  // set once, before the first state is published
 
 void ExitHandler();
+void ForkPrepareHandler();
 void ForkChildHandler();
 void SignalHandler(int sig);
 
@@ -86,6 +87,7 @@ class Shim final : public DispatchEnv, public PoolObserver {
   void Init();
   void AtExit();
   void OnSignal(int sig);
+  void BeforeFork();
   void InForkChild();
   const ShimState* state() const { return state_; }
 
@@ -103,6 +105,28 @@ class Shim final : public DispatchEnv, public PoolObserver {
     return device;
   }
   void Record(const CallRecord& record) override;
+  int WaitForDevice(Context) override {
+    // `ctx` is current on this thread: cuCtxSynchronize waits for it alone.
+    auto synchronize = ctx_synchronize_.Get(&real::Driver, "cuCtxSynchronize");
+    return synchronize != nullptr ? int{synchronize()} : kCudaNotInitialized;
+  }
+  bool PrimaryContextActive(int device) override {
+    auto get_state = primary_get_state_.Get(&real::Driver, "cuDevicePrimaryCtxGetState");
+    unsigned flags = 0;
+    int active = 0;
+    return get_state != nullptr && get_state(device, &flags, &active) == CUDA_SUCCESS && active != 0;
+  }
+  void SynchronizeStream(void* stream) override {
+    auto is_capturing = stream_is_capturing_.Get(&real::Driver, "cuStreamIsCapturing");
+    auto synchronize = stream_synchronize_.Get(&real::Driver, "cuStreamSynchronize");
+    if (is_capturing == nullptr || synchronize == nullptr) return;
+    // A capturing stream ran nothing (the copy was recorded), and synchronizing
+    // it would invalidate the capture: leave it, as for an unknown status.
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    const CUstream s = static_cast<CUstream>(stream);
+    if (is_capturing(s, &status) != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE) return;
+    synchronize(s);
+  }
 
   // PoolObserver
   void OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result,
@@ -134,6 +158,10 @@ class Shim final : public DispatchEnv, public PoolObserver {
   real::Lazy<CUresult (*)(CUcontext*)> ctx_get_current_;
   real::Lazy<CUresult (*)(CUdevice*)> ctx_get_device_;
   real::Lazy<CUresult (*)(int*)> driver_get_version_;
+  real::Lazy<CUresult (*)()> ctx_synchronize_;
+  real::Lazy<CUresult (*)(CUdevice, unsigned*, int*)> primary_get_state_;
+  real::Lazy<CUresult (*)(CUstream, CUstreamCaptureStatus*)> stream_is_capturing_;
+  real::Lazy<CUresult (*)(CUstream)> stream_synchronize_;
   struct sigaction old_action_[NSIG] = {};
 };
 
@@ -201,8 +229,8 @@ void Shim::Init() {
     collector_ = std::make_unique<Collector>(pool_.get(), config_.idle_ms, &RealFree);
     guard_ = std::make_unique<MemoryGuard>(pool_.get(), collector_.get());
   }
-  dispatch_ = std::make_unique<Dispatch>(this, pool_.get());
-  pthread_atfork(nullptr, nullptr, ForkChildHandler);
+  dispatch_ = std::make_unique<Dispatch>(this, pool_.get(), config_.unregister_wait);
+  pthread_atfork(ForkPrepareHandler, nullptr, ForkChildHandler);
   for (int sig : {SIGTERM, SIGINT}) {
     struct sigaction old;
     if (sigaction(sig, nullptr, &old) == 0 && !(old.sa_flags & SA_SIGINFO) &&
@@ -333,6 +361,19 @@ void Shim::OnSignal(int sig) {
   raise(sig);
 }
 
+void Shim::BeforeFork() {
+  // The kernel copies pinned anonymous pages into the child at fork (a page
+  // a device may write cannot be shared copy-on-write), so what the program
+  // unregistered and the pool keeps pinned would be copied into every child:
+  // release it first. Not from a fork inside lazypin's own code on this
+  // thread (a signal handler's fork), which may hold the pool's lock.
+  if (!pool_ || t_state.inside > 0) return;
+  const ShimState* state = PublishedState();
+  if (state == nullptr || state->dispatch == nullptr) return;
+  ScopedInsideLazypin inside;
+  pool_->ReleaseAll(EvictReason::kFork);
+}
+
 void Shim::InForkChild() {
   // The child has one thread and none of ours: forget the pool without a
   // driver call or a lock, leave the parent's log alone, pass everything through.
@@ -352,6 +393,9 @@ void Shim::InForkChild() {
 
 void ExitHandler() {
   if (PublishedState() != nullptr && g_shim != nullptr) g_shim->AtExit();
+}
+void ForkPrepareHandler() {
+  if (g_shim != nullptr) g_shim->BeforeFork();
 }
 void ForkChildHandler() {
   if (g_shim != nullptr) g_shim->InForkChild();

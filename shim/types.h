@@ -33,7 +33,7 @@ const char* PassReasonName(PassReason reason);
 // Why lazypin really unregistered a pooled registration.
 enum class EvictReason {
   kLru, kIdle, kOverlap, kMakeRoom, kQuery, kFree, kRealloc, kMunmap, kMremap, kMmapFixed,
-  kMadvise, kBrk, kShmdt, kShmat, kContext, kPfn, kExit, kWatch,
+  kMadvise, kBrk, kShmdt, kShmat, kContext, kPfn, kExit, kWatch, kFork, kMprotect,
   kCount  // number of reasons
 };
 const char* EvictReasonName(EvictReason reason);

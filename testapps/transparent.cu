@@ -27,7 +27,9 @@
 //             driver call on that thread
 //   mprotect  register after mprotect(PROT_READ), PROT_NONE, and back
 //   fork      fork with --fork-bytes registered then unregistered; the child
-//             touches nothing (the fork's wall time on stderr)
+//             touches nothing but says whether it holds a private copy of
+//             the buffer (smaps_rollup Private_Dirty at least half of it:
+//             pinned pages are copied at fork); the fork's wall time on stderr
 //   capture   unregister during another thread's stream capture: global mode,
 //             relaxed mode, driver API; cudaDeviceSynchronize in relaxed mode
 //
@@ -487,6 +489,19 @@ void case_mprotect() {
 }
 
 // ------------------------------------------------------------------ fork ----
+// Private_Dirty of the whole process in KiB (/proc/self/smaps_rollup), -1 if unknown.
+long private_dirty_kb() {
+  FILE* f = std::fopen("/proc/self/smaps_rollup", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  long kb = -1;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "Private_Dirty: %ld kB", &kb) == 1) break;
+  }
+  std::fclose(f);
+  return kb;
+}
+
 void case_fork(size_t n) {
   rt_setup(nullptr);
   void* dev = nullptr;
@@ -500,7 +515,13 @@ void case_fork(size_t n) {
   std::fflush(stdout);
   double t0 = tapp::now_us();
   pid_t pid = fork();
-  if (pid == 0) _exit(0);
+  if (pid == 0) {
+    // Pinned pages are copied into the child at fork; shared ones are not.
+    const long kb = private_dirty_kb();
+    out("child holds a private copy of the buffer=%s",
+        kb < 0 ? "unknown" : kb >= static_cast<long>(n / 2048) ? "yes" : "no");
+    _exit(0);
+  }
   double t1 = tapp::now_us();
   int status = 0;
   waitpid(pid, &status, 0);

@@ -908,8 +908,8 @@ class RunOptions(unittest.TestCase):
         r = lazypin("run", "--help")
         self.assertEqual(r.returncode, 0)
         for opt in ("--mode", "--defer", "--log", "--pool-bytes", "--pool-entries", "--idle-ms",
-                    "--check-pfn", "--release-at-exit", "--quiet", "--lib", "--dry-run",
-                    "LAZYPIN_MODE", "LAZYPIN_POOL_BYTES", "torchrun"):
+                    "--check-pfn", "--release-at-exit", "--no-wait", "--quiet", "--lib",
+                    "--dry-run", "LAZYPIN_MODE", "LAZYPIN_UNREGISTER_WAIT", "LAZYPIN_POOL_BYTES", "torchrun"):
             self.assertIn(opt, r.stdout)
         r = lazypin("--help")
         self.assertEqual(r.returncode, 0)
@@ -922,7 +922,8 @@ class RunOptions(unittest.TestCase):
     def test_every_option(self):
         env, cmd = dry_env("--lib", self.lib, "--defer", "--log", "/tmp/lp-%p.jsonl",
                            "--pool-bytes", "512M", "--pool-entries", "100", "--idle-ms", "250",
-                           "--check-pfn", "--release-at-exit", "--quiet", "--", "./app", "-n", "a b")
+                           "--check-pfn", "--release-at-exit", "--no-wait", "--quiet", "--", "./app",
+                           "-n", "a b")
         self.assertEqual(env, {
             "LD_PRELOAD": self.lib,
             "LAZYPIN_MODE": "defer",
@@ -932,6 +933,7 @@ class RunOptions(unittest.TestCase):
             "LAZYPIN_IDLE_MS": "250",
             "LAZYPIN_CHECK_PFN": "1",
             "LAZYPIN_RELEASE_AT_EXIT": "1",
+            "LAZYPIN_UNREGISTER_WAIT": "0",
             "LAZYPIN_SUMMARY": "0",
         })
         self.assertEqual(cmd, "./app -n 'a b'")

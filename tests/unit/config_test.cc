@@ -35,6 +35,7 @@ TEST(ConfigTest, DefaultsWhenNothingIsSet) {
   EXPECT_EQ(c.idle_ms, 10000);
   EXPECT_FALSE(c.check_pfn);
   EXPECT_FALSE(c.release_at_exit);
+  EXPECT_TRUE(c.unregister_wait);
 }
 
 TEST(ConfigTest, ModesAreCaseInsensitive) {
@@ -78,15 +79,17 @@ TEST(ConfigTest, ValidBooleansCountsAndLogPath) {
                                   {"LAZYPIN_CHECK_PFN", yes},
                                   {"LAZYPIN_RELEASE_AT_EXIT", yes}});
     EXPECT_TRUE(p.errors.empty());
+    EXPECT_TRUE(p.config.unregister_wait);
     EXPECT_FALSE(p.config.summary);
     EXPECT_TRUE(p.config.check_pfn);
     EXPECT_TRUE(p.config.release_at_exit);
   }
   for (const char* no : {"0", "no", "No", "false", "off"}) {
     SCOPED_TRACE(no);
-    const ParsedConfig p = Parse({{"LAZYPIN_SUMMARY", no}});
+    const ParsedConfig p = Parse({{"LAZYPIN_SUMMARY", no}, {"LAZYPIN_UNREGISTER_WAIT", no}});
     EXPECT_TRUE(p.errors.empty());
     EXPECT_FALSE(p.config.summary);
+    EXPECT_FALSE(p.config.unregister_wait);
   }
   const ParsedConfig p = Parse({{"LAZYPIN_POOL_ENTRIES", "100"},
                                 {"LAZYPIN_IDLE_MS", "0"},
@@ -221,7 +224,7 @@ TEST(ConfigTest, TheHeaderConfigHasOneKeyPerOption) {
   EXPECT_EQ(json,
             R"({"mode":"defer","log":"a\"b.jsonl","summary":true,"pool_bytes":4294967296,)"
             R"("pool_entries":65536,"idle_ms":10000,"check_pfn":false,"release_at_exit":false,)"
-            R"("watch":"auto","defer_shared":false})");
+            R"("watch":"auto","defer_shared":false,"unregister_wait":true})");
 }
 
 std::string ReadSource(const char* relative) {

@@ -5,6 +5,8 @@
 // gets, and that every program call gives exactly one record.
 #include "dispatch.h"
 
+#include <chrono>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,9 +32,20 @@ class FakeEnv final : public DispatchEnv {
     EXPECT_GT(t_state.inside, 0) << "records are made inside lazypin";
     records.push_back(record);
   }
+  int WaitForDevice(Context c) override {
+    EXPECT_EQ(c, ctx) << "waits in the current context";
+    ++waits;
+    return wait_result;
+  }
+  bool PrimaryContextActive(int) override { return primary_active; }
+  void SynchronizeStream(void* stream) override { synced.push_back(stream); }
   int64_t now = 0;
   Context ctx = kCtx;
   std::vector<CallRecord> records;
+  int waits = 0;
+  int wait_result = 0;
+  bool primary_active = true;
+  std::vector<void*> synced;
 };
 
 class ModelPoolDriver final : public PoolDriver {
@@ -228,6 +241,134 @@ TEST_P(DispatchTest, QueriesAndTeardownReleasePooledMemory) {
   dispatch_->BeforeContextDestroy(kCtx);
   EXPECT_TRUE(model_.regs().empty());
   EXPECT_EQ(env_.records.size(), 4u) << "teardown and queries are not program calls of ours";
+}
+
+TEST_P(DispatchTest, ADeferredUnregisterFirstWaitsForTheDevice) {
+  ASSERT_EQ(DriverRegister(kBuf, kBytes, 0), 0);
+  ASSERT_EQ(DriverUnregister(kBuf), 0);
+  EXPECT_EQ(env_.waits, Deferring() ? 1 : 0) << "log mode: the driver's unregister waits itself";
+  ASSERT_EQ(RuntimeRegister(kBuf, kBytes), 0);
+  const int before = driver_calls_;
+  ASSERT_EQ(RuntimeUnregister(kBuf), 0);
+  EXPECT_EQ(env_.waits, Deferring() ? 2 : 0);
+  EXPECT_EQ(Last().action, Deferring() ? Action::kDeferred : Action::kForward);
+  EXPECT_EQ(driver_calls_, Deferring() ? before : before + 1);
+}
+
+TEST_P(DispatchTest, AFailedWaitForwardsTheUnregister) {
+  if (!Deferring()) GTEST_SKIP() << "log mode never waits";
+  env_.wait_result = 900;  // say, a capture in progress
+  ASSERT_EQ(DriverRegister(kBuf, kBytes, 0), 0);
+  ASSERT_EQ(DriverUnregister(kBuf), 0);
+  EXPECT_EQ(Last().action, Action::kForward);
+  EXPECT_TRUE(model_.regs().empty()) << "the driver unregistered it";
+  ASSERT_EQ(RuntimeRegister(kBuf, kBytes), 0);
+  ASSERT_EQ(RuntimeUnregister(kBuf), 0);
+  EXPECT_EQ(Last().action, Action::kForward);
+  EXPECT_EQ(env_.waits, 2) << "cudart's driver call does not wait a second time";
+  EXPECT_TRUE(model_.regs().empty());
+}
+
+TEST_P(DispatchTest, WithoutTheWaitADeferralCallsNothing) {
+  if (!Deferring()) GTEST_SKIP() << "log mode never waits";
+  dispatch_ = std::make_unique<Dispatch>(&env_, pool_.get(), /*unregister_wait=*/false);
+  ASSERT_EQ(RuntimeRegister(kBuf, kBytes), 0);
+  ASSERT_EQ(RuntimeUnregister(kBuf), 0);
+  EXPECT_EQ(Last().action, Action::kDeferred);
+  EXPECT_EQ(env_.waits, 0);
+}
+
+TEST_P(DispatchTest, AnUnregisterWithNoCurrentContextIsTheDriversAnswer) {
+  ASSERT_EQ(DriverRegister(kBuf, kBytes, 0), 0);
+  env_.ctx = nullptr;
+  auto unregister = [&] {
+    return dispatch_->Driver({Api::kCuMemHostUnregister, Via::kSymbol, reinterpret_cast<void*>(kBuf), 0, 0},
+                             [&] { return env_.ctx == nullptr ? 201 : model_.Unregister(kBuf); });
+  };
+  EXPECT_EQ(unregister(), 201);
+  EXPECT_EQ(Last().action, Action::kForward);
+  EXPECT_EQ(env_.waits, 0);
+  env_.ctx = kCtx;
+  EXPECT_EQ(unregister(), 0);
+  EXPECT_EQ(Last().action, Deferring() ? Action::kDeferred : Action::kForward);
+  EXPECT_EQ(unregister(), 713);
+  EXPECT_TRUE(model_.regs().empty());
+}
+
+TEST_P(DispatchTest, ARuntimeUnregisterOnAThreadWithNoContextGoesThroughCudart) {
+  ASSERT_EQ(RuntimeRegister(kBuf, kBytes), 0);
+  env_.ctx = nullptr;
+  int cudart_calls = 0;
+  const int rc = dispatch_->Runtime(
+      {Api::kCudaHostUnregister, Via::kSymbol, reinterpret_cast<void*>(kBuf), 0, 0}, [&] {
+        ++cudart_calls;
+        env_.ctx = kCtx;  // cudart makes the primary context current first
+        return DriverUnregister(kBuf);
+      });
+  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(cudart_calls, 1);
+  EXPECT_EQ(Last().action, Deferring() ? Action::kDeferred : Action::kForward);
+  EXPECT_EQ(env_.waits, Deferring() ? 1 : 0) << "waited once, beneath cudart";
+}
+
+TEST_P(DispatchTest, APrimaryContextReleasedToZeroForgetsItsRegistrations) {
+  if (!Deferring()) GTEST_SKIP() << "nothing is kept in log mode";
+  ASSERT_EQ(DriverRegister(kBuf, kBytes, 0), 0);
+  env_.primary_active = true;  // released, still retained elsewhere: kept
+  dispatch_->AfterPrimaryContextRelease(0);
+  ASSERT_EQ(DriverUnregister(kBuf), 0);
+  EXPECT_EQ(Last().action, Action::kDeferred);
+  ASSERT_EQ(DriverRegister(kBuf, kBytes, 0), 0);  // a hit
+  env_.primary_active = false;  // the last reference: the driver dropped it
+  model_.DropContext(kCtx);
+  dispatch_->AfterPrimaryContextRelease(0);
+  EXPECT_EQ(DriverUnregister(kBuf), 713) << "the driver's answer, not a deferral";
+  EXPECT_EQ(Last().action, Action::kForward);
+  EXPECT_EQ(DriverRegister(kBuf, kBytes, 0), 0);
+  EXPECT_EQ(Last().action, Action::kMiss) << "no hit on what the driver no longer holds";
+}
+
+TEST_P(DispatchTest, ACopyFromMemoryTheProgramUnregisteredSynchronizesItsStream) {
+  void* const stream = reinterpret_cast<void*>(0x5);
+  constexpr uintptr_t kOther = kBuf + 16 * kBytes;
+  ASSERT_EQ(DriverRegister(kBuf, kBytes, 0), 0);
+  ASSERT_EQ(DriverRegister(kOther, kBytes, 0), 0);
+  dispatch_->AfterAsyncCopy(kBuf, kBuf + kBytes, stream);
+  EXPECT_TRUE(env_.synced.empty()) << "registered memory copies asynchronously";
+  ASSERT_EQ(DriverUnregister(kOther), 0);
+  dispatch_->AfterAsyncCopy(kBuf, kBuf + kBytes, stream);
+  EXPECT_TRUE(env_.synced.empty()) << "something deferred elsewhere changes nothing";
+  dispatch_->AfterAsyncCopy(kOther + 4096, kOther + 8192, stream);
+  if (Deferring()) {
+    ASSERT_EQ(env_.synced.size(), 1u) << "pageable to the program: the copy completes first";
+    EXPECT_EQ(env_.synced[0], stream);
+  } else {
+    EXPECT_TRUE(env_.synced.empty());
+  }
+}
+
+// The copy hooks' cost on a copy from registered memory (CPU, this machine):
+// with nothing deferred, and with something deferred elsewhere.
+TEST_P(DispatchTest, CopyGuardCost) {
+  if (!Deferring()) GTEST_SKIP() << "measured in defer mode";
+  constexpr uintptr_t kOther = kBuf + 16 * kBytes;
+  ASSERT_EQ(DriverRegister(kBuf, kBytes, 0), 0);
+  auto measure = [&](const char* what) {
+    constexpr int kN = 2000000;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kN; ++i) {
+      dispatch_->AfterAsyncCopy(kBuf + (i & 255), kBuf + kBytes, nullptr);
+    }
+    const double ns = std::chrono::duration<double, std::nano>(
+                          std::chrono::steady_clock::now() - t0).count() / kN;
+    std::printf("copy guard, registered memory, %s: %.2f ns per copy\n", what, ns);
+    EXPECT_LT(ns, 1000.0);
+  };
+  measure("nothing deferred");
+  ASSERT_EQ(DriverRegister(kOther, kBytes, 0), 0);
+  ASSERT_EQ(DriverUnregister(kOther), 0);
+  measure("something deferred elsewhere");
+  EXPECT_TRUE(env_.synced.empty());
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, DispatchTest, ::testing::Values(false, true),

@@ -17,6 +17,9 @@
 //    pool's counters agree (entries, bytes, bounds, hits, deferrals, evictions);
 //  - the pool never evicts a registration the program still holds;
 //  - after Invalidate(lo, hi) nothing in driver_ \ program_ overlaps [lo, hi);
+//  - memory leaving the process (Invalidate with any reason but kQuery, after
+//    MarkLeft, as MemoryGuard does) while the program holds a registration in
+//    it: the program's unregister of that registration is never deferred;
 //  - MaybeHolds is true for every pooled range (no false negative);
 //  - with check_frames, a hit never hands back pages that changed.
 #pragma once
@@ -27,6 +30,7 @@
 #include <deque>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -258,6 +262,12 @@ class PoolHarness final : private PoolDriver, private PoolObserver {
       case OpKind::kUnregister: DoUnregister(op); break;
       case OpKind::kInvalidate: {
         const uintptr_t lo = op.ptr, hi = SatEnd(op.ptr, op.bytes);
+        if (op.reason != EvictReason::kQuery) {
+          pool_.MarkLeft(lo, hi);
+          for (const auto& [base, r] : program_.regs()) {
+            if (lo < hi && base < hi && SatEnd(base, r.bytes) > lo) left_.insert(base);
+          }
+        }
         const int n = pool_.Invalidate(lo, hi, op.reason);
         Expect(n == evicted_in_call_, "Invalidate returned %d, evicted %d", n, evicted_in_call_);
         for (const auto& [base, p] : pooled_) {
@@ -513,6 +523,7 @@ class PoolHarness final : private PoolDriver, private PoolObserver {
     });
     const int expected = program_.Register(req.ptr, req.bytes, req.flags, req.ctx);
     Expect(out.result == expected, "result %d, without lazypin %d", out.result, expected);
+    if (expected == 0) left_.erase(req.ptr);  // a new registration: its memory is here
     Expect(out.evicted == evicted_in_call_, "evicted says %d, observed %d", out.evicted,
            evicted_in_call_);
     if (out.action == Action::kHit) {
@@ -546,6 +557,10 @@ class PoolHarness final : private PoolDriver, private PoolObserver {
     Expect(out.result == expected, "result %d, without lazypin %d", out.result, expected);
     Expect(out.evicted == evicted_in_call_, "evicted says %d, observed %d", out.evicted,
            evicted_in_call_);
+    const bool left = before != nullptr && left_.count(op.ptr) != 0;
+    if (before != nullptr && expected == 0) left_.erase(op.ptr);
+    Expect(!(left && out.action == Action::kDeferred),
+           "deferred 0x%x, whose memory left the process while registered", op.ptr);
     if (out.action == Action::kDeferred) {
       deferred_ += 1;
       Expect(forwards == 0 && before != nullptr, "a deferral called the driver or had no entry");
@@ -603,6 +618,7 @@ class PoolHarness final : private PoolDriver, private PoolObserver {
   DriverModel program_;
   Pool pool_;
   std::map<uintptr_t, Pooled> pooled_;
+  std::set<uintptr_t> left_;  // program registrations whose memory left the process
   std::deque<Registration> recent_;
   std::map<uintptr_t, uint64_t> generation_;  // page -> remap count
   int64_t now_ = 1'000'000'000;

@@ -283,6 +283,79 @@ TEST_F(PoolTest, TooLargeToPoolIsForwarded) {
   EXPECT_EQ(driver_.model.Find(kB), nullptr);
 }
 
+TEST_F(PoolTest, AnUnregisterThatMayNotBeDeferredIsForwardedAndKeptOnFailure) {
+  ASSERT_EQ(Reg(kA, kPage).result, 0);
+  driver_.log.clear();
+  // The driver refuses (no current context: 201) and keeps it: so does the pool.
+  Outcome out = pool_->Unregister(kA, [&] {
+    driver_.log.push_back("unregister " + Hex(kA));
+    return 201;
+  }, /*may_defer=*/false);
+  EXPECT_EQ(out.action, Action::kForward);
+  EXPECT_EQ(out.result, 201);
+  EXPECT_NE(driver_.model.Find(kA), nullptr);
+  EXPECT_TRUE(pool_->MaybeTracks(kA, kA + 1)) << "still in use, still watched";
+  // Deferrable again, then a second unregister is the driver's (713).
+  EXPECT_EQ(Unreg(kA).action, Action::kDeferred);
+  out = Unreg(kA);
+  EXPECT_EQ(out.result, model::kNotRegistered);
+  EXPECT_THAT(driver_.log, ElementsAre("unregister " + Hex(kA), "evict " + Hex(kA),
+                                       "unregister " + Hex(kA)));
+  // may_defer false on an entry the driver unregisters: forwarded, forgotten.
+  ASSERT_EQ(Reg(kB, kPage).result, 0);
+  out = pool_->Unregister(kB, [&] { return driver_.model.Unregister(kB); }, false);
+  EXPECT_EQ(out.action, Action::kForward);
+  EXPECT_EQ(out.result, 0);
+  EXPECT_TRUE(pool_->Empty());
+  EXPECT_FALSE(pool_->Tracking());
+}
+
+TEST_F(PoolTest, MemoryThatLeftWhileRegisteredIsNeverDeferred) {
+  ASSERT_EQ(Reg(kA, 2 * kPage).result, 0);
+  ASSERT_EQ(Reg(kB, kPage).result, 0);
+  EXPECT_TRUE(pool_->Tracking());
+  EXPECT_TRUE(pool_->MaybeTracks(kA + kPage, kA + kPage + 1));
+  EXPECT_FALSE(pool_->MaybeHolds(kA, kA + 1)) << "in use: the copy hooks' view is deferred only";
+  // munmap of the second page of A while the program holds it registered.
+  EXPECT_EQ(pool_->MarkLeft(kA + kPage, kA + 2 * kPage), 1);
+  EXPECT_EQ(pool_->MarkLeft(kA, kA + kPage), 0) << "marked once";
+  driver_.log.clear();
+  // The program's unregister goes to the driver, which answers (0, as without lazypin).
+  Outcome out = Unreg(kA);
+  EXPECT_EQ(out.action, Action::kPassthrough);
+  EXPECT_EQ(out.reason, PassReason::kLeft);
+  EXPECT_EQ(out.result, 0);
+  EXPECT_THAT(driver_.log, ElementsAre("unregister " + Hex(kA)));
+  EXPECT_EQ(driver_.model.Find(kA), nullptr);
+  // The address mapped again and registered: a miss, then deferrable as usual.
+  EXPECT_EQ(Reg(kA, 2 * kPage).action, Action::kMiss);
+  EXPECT_EQ(Unreg(kA).action, Action::kDeferred);
+  // B was not touched: deferred.
+  EXPECT_EQ(Unreg(kB).action, Action::kDeferred);
+}
+
+TEST_F(PoolTest, MemoryThatLeftWhileRegisteredStillOverlapsForTheDriver) {
+  ASSERT_EQ(Reg(kA, kPage).result, 0);
+  EXPECT_EQ(pool_->MarkLeft(kA, kA + kPage), 1);
+  EXPECT_FALSE(pool_->Tracking()) << "a marked entry needs no memory hook";
+  // Registered again without an unregister: the driver still holds it (712).
+  const Outcome out = Reg(kA, kPage);
+  EXPECT_EQ(out.action, Action::kMiss);
+  EXPECT_EQ(out.result, model::kAlreadyRegistered);
+  EXPECT_EQ(Unreg(kA).action, Action::kPassthrough);
+  EXPECT_EQ(driver_.model.Find(kA), nullptr);
+}
+
+TEST_F(PoolTest, ReleaseAllBeforeForkReleasesDeferredAndKeepsInUse) {
+  Defer(kA, kPage);
+  ASSERT_EQ(Reg(kB, kPage).result, 0);
+  EXPECT_EQ(pool_->ReleaseAll(EvictReason::kFork), 1);
+  EXPECT_THAT(observer_.evicts, ElementsAre("fork " + Hex(kA) + " 0"));
+  EXPECT_EQ(Evictions(EvictReason::kFork), 1u);
+  EXPECT_NE(driver_.model.Find(kB), nullptr);
+  EXPECT_EQ(Unreg(kB).action, Action::kDeferred);
+}
+
 TEST_F(PoolTest, OutOfMemoryReleasesEverythingPooledAndRetriesOnce) {
   Defer(kA, kPage);
   Defer(kB, kPage);
@@ -565,6 +638,8 @@ TEST(PoolNamesTest, EveryReasonAndActionHasItsLogName) {
   EXPECT_STREQ(EvictReasonName(EvictReason::kMakeRoom), "make_room");
   EXPECT_STREQ(EvictReasonName(EvictReason::kMmapFixed), "mmap_fixed");
   EXPECT_STREQ(EvictReasonName(EvictReason::kExit), "exit");
+  EXPECT_STREQ(EvictReasonName(EvictReason::kFork), "fork");
+  EXPECT_STREQ(EvictReasonName(EvictReason::kMprotect), "mprotect");
   EXPECT_STREQ(ActionName(Action::kDeferred), "deferred");
 }
 
