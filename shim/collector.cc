@@ -2,7 +2,6 @@
 #include "collector.h"
 
 #include <linux/futex.h>
-#include <malloc.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -40,17 +39,25 @@ bool Collector::TakeFree(void* block, size_t bytes, bool may_wait) {
 
 uint64_t Collector::HandOver(void* block, size_t bytes) {
   if (stopping_.load(std::memory_order_acquire)) return 0;
-  auto* node = static_cast<FreedBlock*>(block);  // malloc's blocks hold at least 24 bytes
-  node->bytes = bytes;
-  pending_bytes_.fetch_add(bytes, std::memory_order_relaxed);
-  FreedBlock* head = frees_.load(std::memory_order_relaxed);
-  do {
-    node->next = head;
-  } while (!frees_.compare_exchange_weak(head, node, std::memory_order_release,
-                                         std::memory_order_relaxed));
-  const uint64_t ticket = handed_.fetch_add(1, std::memory_order_acq_rel) + 1;
-  Wake();
-  return ticket;
+  const uintptr_t address = reinterpret_cast<uintptr_t>(block);
+  if (address <= kClaimed) return 0;
+  const size_t start = next_slot_.fetch_add(1, std::memory_order_relaxed);
+  for (size_t i = 0; i < kSlots; ++i) {
+    Slot& slot = slots_[(start + i) % kSlots];
+    uintptr_t expected = 0;
+    if (slot.block.load(std::memory_order_relaxed) != 0 ||
+        !slot.block.compare_exchange_strong(expected, kClaimed, std::memory_order_acquire,
+                                            std::memory_order_relaxed)) {
+      continue;
+    }
+    slot.bytes.store(bytes, std::memory_order_relaxed);
+    pending_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+    slot.block.store(address, std::memory_order_release);
+    const uint64_t ticket = handed_.fetch_add(1, std::memory_order_acq_rel) + 1;
+    Wake();
+    return ticket;
+  }
+  return 0;  // every slot taken: the caller handles this free
 }
 
 bool Collector::WaitFreed(uint64_t ticket, int64_t timeout_ms) {
@@ -73,15 +80,18 @@ void Collector::Wake() {
 
 void Collector::FinishFrees() {
   const uint64_t upto = handed_.load(std::memory_order_acquire);
-  FreedBlock* node = frees_.exchange(nullptr, std::memory_order_acquire);
-  while (node != nullptr) {
-    FreedBlock* next = node->next;
-    const size_t bytes = node->bytes;
-    const uintptr_t lo = reinterpret_cast<uintptr_t>(node);
-    pool_->Invalidate(lo, lo + bytes, EvictReason::kFree);
-    real_free_(node);
+  // A block published after the last scan has a later ticket (taken after it
+  // was published, then a Wake): nothing new to take until `handed_` moves.
+  if (upto == scanned_upto_) return;
+  scanned_upto_ = upto;
+  for (Slot& slot : slots_) {
+    const uintptr_t address = slot.block.load(std::memory_order_acquire);
+    if (address <= kClaimed) continue;  // free, or a HandOver still filling it (a later ticket)
+    const size_t bytes = slot.bytes.load(std::memory_order_relaxed);
+    slot.block.store(0, std::memory_order_release);  // the slot is free again: only this thread takes slots
+    pool_->Invalidate(address, address + bytes, EvictReason::kFree);
+    real_free_(reinterpret_cast<void*>(address));
     pending_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
-    node = next;
   }
   if (static_cast<int32_t>(static_cast<uint32_t>(upto) -
                            finished_.load(std::memory_order_relaxed)) > 0) {
@@ -104,6 +114,7 @@ void Collector::Run() {
   int64_t next_collect_ms = MonotonicMs() + period_ms;
   while (!stopping_.load(std::memory_order_acquire)) {
     const uint32_t seq = wake_seq_.load(std::memory_order_acquire);
+    const uint64_t seen_handed = handed_.load(std::memory_order_acquire);
     FinishFrees();
     pool_->ApplyPageChanges();  // stale registrations go even while the program makes no call
     int64_t wait_ms = 1000;
@@ -115,7 +126,7 @@ void Collector::Run() {
       }
       wait_ms = std::max<int64_t>(next_collect_ms - now_ms, 1);
     }
-    if (frees_.load(std::memory_order_relaxed) != nullptr) continue;
+    if (handed_.load(std::memory_order_acquire) != seen_handed) continue;  // more came meanwhile
     struct timespec timeout = {wait_ms / 1000, (wait_ms % 1000) * 1000000};
     syscall(SYS_futex, &wake_seq_, FUTEX_WAIT_PRIVATE, seq, &timeout, nullptr, 0);
   }

@@ -41,14 +41,18 @@ class Collector {
 
   // The program frees a block of `bytes` that overlaps pooled memory: hands
   // it over (HandOver), and with `may_wait` waits for it within FreeBounds.
-  // False once stopping: the caller frees it. Async-signal-safe.
+  // False when stopping or when every slot is taken: the caller then handles
+  // the free itself. Async-signal-safe.
   bool TakeFree(void* block, size_t bytes, bool may_wait);
 
   // Async-signal-safe, lock-free: takes over a malloc'd block of `bytes`
-  // that overlaps pooled memory; the thread invalidates, then frees it.
-  // Returns a ticket for WaitFreed, 0 once stopping (the caller frees it
-  // itself). One racing with Stop() may stay unfreed: a leak at exit, never
-  // a stale registration.
+  // that overlaps pooled memory; the thread invalidates, then frees it. The
+  // block itself is never written: it is recorded in a slot of lazypin's own
+  // (allocators keep blocks of 1 or 8 bytes side by side, and some write
+  // their own free lists into freed blocks). Returns a ticket for WaitFreed;
+  // 0 once stopping or when all kSlots slots are taken (the caller frees it
+  // itself). One racing with Stop() may stay unfreed: a leak at exit, never a
+  // stale registration.
   uint64_t HandOver(void* block, size_t bytes);
   // Waits until the block with `ticket` is freed, at most `timeout_ms`.
   // Async-signal-safe (a futex); false on timeout.
@@ -58,12 +62,18 @@ class Collector {
   // Stops and joins the thread, then finishes the frees handed over.
   void Stop();
 
+  // Frees handed over and not yet taken by the thread, at most (a stalled
+  // driver holds them; each costs 16 bytes here, none in the block).
+  static constexpr size_t kSlots = 4096;
+
  private:
-  // A block handed over; the block's own first bytes hold the link.
-  struct FreedBlock {
-    FreedBlock* next;
-    size_t bytes;
+  // One pending free: `block` is 0 (free), kClaimed (being filled by a
+  // HandOver) or the block's address (published, `bytes` valid).
+  struct Slot {
+    std::atomic<uintptr_t> block{0};
+    std::atomic<size_t> bytes{0};
   };
+  static constexpr uintptr_t kClaimed = 1;
   void Run();
   void FinishFrees();
   void Wake();
@@ -72,11 +82,13 @@ class Collector {
   const int64_t idle_ms_;
   const FreeFn real_free_;
   const FreeBounds bounds_;
-  std::atomic<FreedBlock*> frees_{nullptr};
+  Slot slots_[kSlots];
+  std::atomic<size_t> next_slot_{0};  // where the next HandOver starts looking
   std::atomic<uint32_t> wake_seq_{0};  // a futex: bumped by Wake()
-  // Tickets: a block's ticket is taken after it is on the list, so every
-  // ticket up to a value read before taking the list is in what was taken.
+  // Tickets: a block's ticket is taken after its slot is published, so every
+  // ticket up to a value read before a scan of the slots is in that scan.
   std::atomic<uint64_t> handed_{0};
+  uint64_t scanned_upto_ = 0;  // `handed_` at the last scan (the thread's, then Stop's)
   std::atomic<uint32_t> finished_{0};  // a futex: the last ticket freed (low 32 bits)
   std::atomic<uint64_t> pending_bytes_{0};
   std::atomic<bool> stopping_{false};

@@ -106,7 +106,7 @@ using namespace lazypin;  // NOLINT: the hooks below are C symbols
 static Dispatch* ActiveDispatch() { return t_state.inside ? nullptr : ActiveState()->dispatch; }
 // The same without setting lazypin up (teardown and queries need no set-up).
 static Dispatch* PublishedDispatch() {
-  const ShimState* state = t_state.inside ? nullptr : PublishedState();
+  const ShimState* state = t_state.inside ? nullptr : StateInThisProcess();
   return state != nullptr ? state->dispatch : nullptr;
 }
 

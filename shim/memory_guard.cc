@@ -10,7 +10,7 @@
 namespace lazypin {
 
 void MemoryGuard::Leaving(uintptr_t lo, uintptr_t hi, EvictReason reason) const {
-  if (t_state.inside > 0 || !pool_->MaybeTracks(lo, hi)) return;
+  if (t_state.inside > 0 || !pool_->MaybeTracks(lo, hi) || LeftProcess()) return;
   ScopedInsideLazypin inside;
   pool_->MarkLeft(lo, hi);
   pool_->Invalidate(lo, hi, reason);
@@ -24,13 +24,15 @@ void MemoryGuard::Protecting(uintptr_t lo, uintptr_t hi, int prot) const {
 bool MemoryGuard::TakeFree(void* block) const {
   const uintptr_t lo = reinterpret_cast<uintptr_t>(block);
   const size_t bytes = malloc_usable_size(block);
-  if (!pool_->MaybeTracks(lo, lo + bytes)) return false;
+  if (!pool_->MaybeTracks(lo, lo + bytes) || LeftProcess()) return false;
   if (t_state.inside > 0) {
     // lazypin's own code is running on this thread (and may hold the pool's
     // lock), so this free comes from it (never pooled memory) or from a
     // signal handler that interrupted it: queue it for when lazypin's code
     // returns, or hand it to the collector without waiting. With neither
-    // (exit, the queue full): a leak, never a stale registration.
+    // (exit, the queue and the collector's slots full): a leak, never a stale
+    // registration. No wait for a slot either: the collector frees slots by
+    // invalidating, which takes the pool's lock, which this thread may hold.
     if (t_state.queued_free_count < ThreadState::kQueuedFrees) {
       t_state.queued_frees[t_state.queued_free_count++] = block;
     } else if (collector_ != nullptr) {
@@ -49,7 +51,7 @@ bool MemoryGuard::TakeFree(void* block) const {
   // driver here (it may be a signal handler that interrupted the driver) nor
   // waits for an unregister stalled by a busy GPU.
   if (collector_ != nullptr && collector_->TakeFree(block, bytes, /*may_wait=*/true)) return true;
-  Leaving(lo, lo + bytes, EvictReason::kFree);  // no collector (exit): here
+  Leaving(lo, lo + bytes, EvictReason::kFree);  // no collector (exit) or all its slots taken: here
   return false;
 }
 

@@ -6,7 +6,9 @@
 // Contract: every entry point may run in any thread, inside allocators and
 // signal handlers. On a thread that is inside lazypin's own code (which may
 // hold the pool's lock), nothing here takes a lock: frees are queued on the
-// thread or handed to the collector, ranges are left alone.
+// thread or handed to the collector, ranges are left alone. In a copy of
+// the process that fork's handlers missed, nothing here takes a lock either:
+// the check comes first (see ProcessCheck), and everything passes through.
 #pragma once
 
 #include <cstddef>
@@ -21,8 +23,14 @@ class Collector;
 
 class MemoryGuard {
  public:
-  // `collector` may be null (then pooled blocks are invalidated on the freeing thread).
-  MemoryGuard(Pool* pool, Collector* collector) : pool_(pool), collector_(collector) {}
+  // True, once it switched lazypin to pass-through, in a copy of the process
+  // (a raw clone's child), where the pool's lock may be held by a thread that
+  // does not exist and the collector does not run. Async-signal-safe.
+  using ProcessCheck = bool (*)();
+  // `collector` may be null (then pooled blocks are invalidated on the
+  // freeing thread); `left_process` may be null (never a copy).
+  MemoryGuard(Pool* pool, Collector* collector, ProcessCheck left_process = nullptr)
+      : pool_(pool), collector_(collector), left_process_(left_process) {}
 
   // Cheap and lock-free: false means the pool holds no entry (in use or
   // deferred), and every call below would do nothing.
@@ -46,8 +54,11 @@ class MemoryGuard {
   bool TakeFree(void* block) const;
 
  private:
+  bool LeftProcess() const { return left_process_ != nullptr && left_process_(); }
+
   Pool* const pool_;
   Collector* const collector_;
+  const ProcessCheck left_process_;
 };
 
 }  // namespace lazypin

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -79,6 +80,7 @@ void ExitHandler();
 void ForkPrepareHandler();
 void ForkChildHandler();
 void SignalHandler(int sig);
+bool LeftSetUpProcess();
 
 // Everything lazypin set up in this process. Never destroyed: hooks may run
 // until the very end.
@@ -89,6 +91,13 @@ class Shim final : public DispatchEnv, public PoolObserver {
   void OnSignal(int sig);
   void BeforeFork();
   void InForkChild();
+  // True in a process that got a copy of this one's memory without fork's
+  // handlers (a raw clone or clone3 without CLONE_VM) and so runs none of
+  // lazypin's threads: see MarkProcess. Async-signal-safe.
+  bool InCopiedProcess() const {
+    if (process_mark_ != nullptr) return __atomic_load_n(process_mark_, __ATOMIC_RELAXED) == 0;
+    return getpid() != pid_;
+  }
   const ShimState* state() const { return state_; }
 
   // DispatchEnv
@@ -139,6 +148,7 @@ class Shim final : public DispatchEnv, public PoolObserver {
   // Opens the kernel watch as LAZYPIN_WATCH asks; false when it is required and cannot be had.
   bool OpenWatch();
   void InstallExitHandlerOnce();
+  void MarkProcess();
 
   Config config_;
   int64_t start_mono_ns_ = 0;
@@ -163,9 +173,32 @@ class Shim final : public DispatchEnv, public PoolObserver {
   real::Lazy<CUresult (*)(CUstream, CUstreamCaptureStatus*)> stream_is_capturing_;
   real::Lazy<CUresult (*)(CUstream)> stream_synchronize_;
   struct sigaction old_action_[NSIG] = {};
+  pid_t pid_ = 0;                       // the process that set lazypin up
+  const uint32_t* process_mark_ = nullptr;  // nonzero here, zero in a copy (MarkProcess)
+  bool in_child_ = false;               // InForkChild ran: nothing here is this process's
 };
 
+void Shim::MarkProcess() {
+  // A page the kernel hands zeroed to a child with its own copy of the memory
+  // (fork, clone without CLONE_VM: MADV_WIPEONFORK, Linux 4.14), and shares
+  // unchanged with a child that shares the memory (vfork, posix_spawn's
+  // CLONE_VM child, a thread): one load tells this process from a copy, and a
+  // CLONE_VM child never switches its parent's state. Without it, the pid
+  // recorded here (a syscall per check; a CLONE_VM child that calls into
+  // lazypin between its clone and its exec then counts as a copy).
+  pid_ = getpid();
+  void* page = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (page == MAP_FAILED) return;
+  if (madvise(page, 4096, MADV_WIPEONFORK) != 0) {
+    munmap(page, 4096);
+    return;
+  }
+  *static_cast<uint32_t*>(page) = 1;
+  process_mark_ = static_cast<const uint32_t*>(page);
+}
+
 void Shim::Init() {
+  MarkProcess();
   start_mono_ns_ = MonotonicNs();
   start_unix_ns_ = UnixNs();
   const uint64_t ram = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
@@ -227,7 +260,7 @@ void Shim::Init() {
       }
     }
     collector_ = std::make_unique<Collector>(pool_.get(), config_.idle_ms, &RealFree);
-    guard_ = std::make_unique<MemoryGuard>(pool_.get(), collector_.get());
+    guard_ = std::make_unique<MemoryGuard>(pool_.get(), collector_.get(), &LeftSetUpProcess);
   }
   dispatch_ = std::make_unique<Dispatch>(this, pool_.get(), config_.unregister_wait);
   pthread_atfork(ForkPrepareHandler, nullptr, ForkChildHandler);
@@ -311,13 +344,15 @@ void Shim::OnWarning(const std::string& message) {
 }
 
 void Shim::AtExit() {
+  // A child's exit: the log, the collector and the pool are its parent's.
+  if (in_child_ || LeftSetUpProcess()) return;
   static std::atomic<bool> done{false};
   if (done.exchange(true)) return;
   ScopedInsideLazypin inside;
   // From here on a free of pooled memory invalidates on the freeing thread:
   // the collector stops.
   if (guard_) {
-    static const MemoryGuard exit_guard(pool_.get(), nullptr);
+    static const MemoryGuard exit_guard(pool_.get(), nullptr, &LeftSetUpProcess);
     Publish(new ShimState{state_->requested, state_->effective, state_->why, dispatch_.get(),
                           &exit_guard});
   }
@@ -346,7 +381,12 @@ void Shim::AtExit() {
 void Shim::OnSignal(int sig) {
   // Async-signal-safe only: wait for the writer thread, append a short
   // summary by hand, then die of the signal as the program would have. In a
-  // fork's child, or once dying, only the latter: the log is the parent's.
+  // fork's or clone's child, or once dying, only the latter: the log is the
+  // parent's (and its writer thread is not in the child).
+  if (LeftSetUpProcess()) {  // restored the disposition: the signal now acts as without lazypin
+    raise(sig);
+    return;
+  }
   const ShimState* state = PublishedState();
   if (log_ && state != nullptr && state->dispatch != nullptr) {
     log_->DrainFromSignal(500);
@@ -375,8 +415,11 @@ void Shim::BeforeFork() {
 }
 
 void Shim::InForkChild() {
-  // The child has one thread and none of ours: forget the pool without a
-  // driver call or a lock, leave the parent's log alone, pass everything through.
+  // The child has one thread and none of ours, and any lock of ours may have
+  // been held by another thread when it was made: forget the pool without a
+  // driver call or a lock, leave the parent's log alone, pass everything
+  // through. Async-signal-safe (a clone's child may come here from a signal).
+  in_child_ = true;
   if (pool_) pool_->AbandonAfterFork();
   if (watch_) watch_->AbandonAfterFork();
   static const ShimState child{Mode::kOff, Mode::kOff, "a fork's child", nullptr, nullptr};
@@ -400,6 +443,13 @@ void ForkPrepareHandler() {
 void ForkChildHandler() {
   if (g_shim != nullptr) g_shim->InForkChild();
 }
+// In a copy of the set-up process that fork's handlers did not reach (or not
+// yet): switches it to what a fork's child does. Async-signal-safe.
+bool LeftSetUpProcess() {
+  if (g_shim == nullptr || !g_shim->InCopiedProcess()) return false;
+  g_shim->InForkChild();
+  return true;
+}
 void SignalHandler(int sig) {
   const int saved_errno = errno;
   if (g_shim != nullptr) g_shim->OnSignal(sig);
@@ -407,6 +457,12 @@ void SignalHandler(int sig) {
 }
 
 }  // namespace
+
+const ShimState* StateInThisProcess() {
+  const ShimState* state = PublishedState();
+  if (state != nullptr && state->dispatch != nullptr && LeftSetUpProcess()) state = PublishedState();
+  return state;
+}
 
 const ShimState* ActiveState() {
   static std::once_flag once;
@@ -419,7 +475,7 @@ const ShimState* ActiveState() {
       Publish(shim->state());
     });
   }
-  return PublishedState();
+  return StateInThisProcess();
 }
 
 }  // namespace lazypin

@@ -24,6 +24,12 @@ struct ShimState {
 extern const ShimState* g_state;
 inline const ShimState* PublishedState() { return __atomic_load_n(&g_state, __ATOMIC_ACQUIRE); }
 
+// The published state, switched first to pass-through in a copy of the
+// process that fork's handlers did not reach (a raw clone's child: see
+// Shim::InCopiedProcess). For the hooks' slow paths (register, unregister,
+// queries, teardown): it may cost a syscall.
+const ShimState* StateInThisProcess();
+
 // The state, setting lazypin up on the first call (register/unregister hooks):
 // the program's first CUDA registration call is where lazypin starts.
 const ShimState* ActiveState();

@@ -264,6 +264,74 @@ class ProcessLife(Base):
     def test_underscore_exit(self):
         self.same("_exit")
 
+    def assertParentLogOnly(self, run, calls):
+        """The log is the parent's alone: its calls, one summary, at exit."""
+        self.assertEqual(len(run.logs), 1, run.logs)
+        self.assertEqual(len([r for r in run.records if r["type"] == "call"]), calls)
+        summaries = [r for r in run.records if r["type"] == "summary"]
+        self.assertEqual(len(summaries), 1, summaries)
+        self.assertIs(run.records[-1], summaries[0])
+        self.assertEqual(summaries[0]["ended_by"], "exit")
+
+    def test_clone_child_without_fork_handlers(self):
+        # Issue 15: a child made by clone()/clone3 runs no pthread_atfork
+        # handler. It frees the parent's pooled buffer and registers another:
+        # lazypin must notice the new process (no collector thread there, the
+        # pool's lock possibly held by a parent thread) and pass through, and
+        # its exit() must not wait for the parent's threads.
+        for how in ("wrapper", "syscall", "clone3"):
+            argv = [happ("lifecycle"), "clone", how]
+            bare = self.run_app(argv, shim=False, timeout=60)
+            self.assertEqual(bare.rc, 0, bare.why())
+            self.assertEqual(bare.out.count("child: register=0 copy=0 unregister=0 register=0 "
+                                            "unregister=0"), 3, bare.out)
+            for mode in ("log", "defer"):
+                try:
+                    run = self.run_app(argv, timeout=60, LAZYPIN_MODE=mode)
+                except subprocess.TimeoutExpired:
+                    self.fail("%s %s: hung" % (how, mode))
+                self.assertClean(run)
+                self.assertEqual(run.out, bare.out, (how, mode))
+                self.assertParentLogOnly(run, calls=10)
+                if mode == "defer":
+                    self.assertEqual(run.summary()["pool"]["hits"], 3, "the parent's pool works")
+        figure("clone children (wrapper, SYS_clone, clone3) x3 each, log and defer: " +
+               bare.out.strip().splitlines()[0])
+
+    def test_child_signal_wait_status_as_bare(self):
+        # Issue 15: a forked (no exec) or cloned child that gets SIGTERM/SIGINT
+        # dies of it with the same wait status as without lazypin; a handler the
+        # program installed (before lazypin set up, or after) runs in the child.
+        # "now": the signal may land before fork's child handler has run.
+        cases = [("fork", sig, handler, when) for sig in ("TERM", "INT")
+                 for handler in ("none", "early", "late") for when in ("ready", "now")]
+        cases += [(how, sig, "none", when) for how in ("syscall", "wrapper", "clone3")
+                  for sig in ("TERM", "INT") for when in ("ready", "now")]
+        cases += [("syscall", "TERM", handler, "ready") for handler in ("early", "late")]
+        statuses = set()
+        for case in cases:
+            argv = [happ("lifecycle"), "signal"] + list(case)
+            bare = self.run_app(argv, shim=False, timeout=60)
+            self.assertEqual(bare.rc, 0, bare.why())
+            status = [l for l in bare.out.splitlines() if l.startswith("child %s SIG" % case[0])][0]
+            signo = 15 if case[1] == "TERM" else 2
+            if case[2] == "none":
+                self.assertIn("signaled=1 termsig=%d" % signo, status)
+            else:
+                self.assertIn("child handler: signal %02d" % signo, bare.out)
+                self.assertIn("exited=1 code=%d" % (40 + signo), status)
+            statuses.add(status.split(": ", 1)[1])
+            for mode in ("log", "defer"):
+                try:
+                    run = self.run_app(argv, timeout=60, LAZYPIN_MODE=mode)
+                except subprocess.TimeoutExpired:
+                    self.fail("%s %s: hung (the child survived its signal?)" % (case, mode))
+                self.assertClean(run)
+                self.assertEqual(run.out, bare.out, (case, mode))
+                self.assertParentLogOnly(run, calls=4)
+        figure("child signals, %d cases x (bare, log, defer), wait statuses as bare: %s" % (
+            len(cases), "; ".join(sorted(statuses))))
+
     def test_device_reset_mid_run(self):
         run = self.same("reset")
         ev = run.summary()["pool"]["evictions"]
@@ -303,6 +371,47 @@ class Allocators(Base):
         # defer off (and says so): safe, logging only.
         self.torture(TCMALLOC + ":" + LIB)
         self.assertFalse(self.torture(LIB + ":" + TCMALLOC))
+
+    def canaries(self, label, app, preload):
+        """Issue 15: pooled blocks of 1 and 8 bytes freed next to canary blocks,
+        32 rounds each; every canary intact, as without lazypin."""
+        argv = [happ(app), "--rounds", "32", "--sizes", "1,8"]
+        bare = self.run_app(argv, shim=False, preload=preload if preload != LIB else None)
+        self.assertEqual(bare.rc, 0, bare.why())
+        self.assertIn("CANARY ok", bare.out)
+        for mode in ("log", "defer"):
+            run = self.run_app(argv, preload=preload, LAZYPIN_MODE=mode)
+            self.assertClean(run)
+            self.assertNotIn("DAMAGED", run.err, run.why())
+            self.assertEqual(run.out, bare.out, (label, mode))
+            if mode == "defer":
+                # A non-glibc free passes the memory hooks' self-test: defer stays on.
+                self.assertNotIn("defer turned off", run.err)
+                self.assertEqual(run.records[0]["mode"], "defer")
+                ev = run.summary()["pool"]["evictions"]
+        figure("canaries %s: %s; defer evictions=%s" % (
+            label, " ".join(l for l in run.out.splitlines() if "size=" in l), json.dumps(ev)))
+        return ev
+
+    @unittest.skipUnless(have(JEMALLOC), "libjemalloc2 not installed (scripts/setup installs it)")
+    @unittest.skipIf(sanitizer_env.ACTIVE, "two allocators besides ASan's in one process")
+    def test_canaries_jemalloc(self):
+        ev = self.canaries("jemalloc after lazypin", "canary", LIB + ":" + JEMALLOC)
+        self.assertEqual(ev.get("free"), 64, ev)  # each pooled free went through the collector
+
+    @unittest.skipUnless(have(TCMALLOC), "libtcmalloc-minimal4 not installed (scripts/setup installs it)")
+    @unittest.skipIf(sanitizer_env.ACTIVE, "two allocators besides ASan's in one process")
+    def test_canaries_tcmalloc(self):
+        ev = self.canaries("tcmalloc after lazypin", "canary", LIB + ":" + TCMALLOC)
+        self.assertEqual(ev.get("free"), 64, ev)
+
+    @unittest.skipIf(sanitizer_env.ACTIVE, "the program's own malloc besides ASan's")
+    def test_canaries_program_allocator(self):
+        # The executable defines malloc/free: lazypin's free hook never runs, the
+        # allocator keeps freed blocks mapped (so the pooled registration stays
+        # valid) and writes its free list into them.
+        ev = self.canaries("own malloc in the executable", "canary_ownmalloc", LIB)
+        self.assertNotIn("free", ev)
 
     def test_own_mmap_allocator(self):
         bare = self.run_app([happ("ownalloc")], shim=False)

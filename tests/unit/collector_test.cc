@@ -5,6 +5,7 @@
 #include "collector.h"
 
 #include <malloc.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 
@@ -33,6 +34,7 @@ std::vector<std::string> g_events;
 model::DriverModel g_model;
 std::atomic<int64_t> g_now{0};
 std::atomic<bool> g_hold_unregister{false};  // a driver stuck (a busy GPU, a held lock)
+std::atomic<bool> g_held{false};             // an unregister is waiting on g_hold_unregister
 
 void Event(std::string e) {
   std::lock_guard<std::mutex> lock(g_mu);
@@ -44,7 +46,11 @@ std::string Hex(const void* p) { return absl::StrFormat("%p", p); }
 class FakeDriver final : public PoolDriver {
  public:
   int Unregister(uintptr_t ptr, Context) override {
-    while (g_hold_unregister.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    while (g_hold_unregister.load()) {
+      g_held = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    g_held = false;
     Event("unregister " + Hex(reinterpret_cast<void*>(ptr)));
     std::lock_guard<std::mutex> lock(g_mu);
     return g_model.Unregister(ptr);
@@ -74,6 +80,10 @@ class CollectorTest : public ::testing::Test {
   // A malloc'd block, registered and unregistered by "the program": pooled.
   void* PooledBlock(size_t bytes) {
     void* p = malloc(bytes);
+    PoolRange(p, bytes);
+    return p;
+  }
+  void PoolRange(void* p, size_t bytes) {
     const uintptr_t a = reinterpret_cast<uintptr_t>(p);
     RegisterRequest req{a, bytes, 0, kCtx, 0};
     EXPECT_EQ(pool_->Register(req, [&] {
@@ -81,7 +91,6 @@ class CollectorTest : public ::testing::Test {
                 return g_model.Register(a, bytes, 0, kCtx);
               }).result, 0);
     EXPECT_EQ(pool_->Unregister(a, [] { return -1; }).action, Action::kDeferred);
-    return p;
   }
   std::vector<std::string> Events() {
     std::lock_guard<std::mutex> lock(g_mu);
@@ -229,6 +238,130 @@ TEST_F(CollectorTest, HandOverFromASignalHandler) {
   EXPECT_EQ(Events()[0], "unregister " + Hex(g_signal_block));
   EXPECT_EQ(Events()[1], "free " + Hex(g_signal_block));
   collector.Stop();
+}
+
+// Blocks of 1 and 8 bytes side by side, as jemalloc, tcmalloc or a program's
+// own allocator keep them: the hand-over writes neither into the freed block
+// nor into its neighbours (the "real free" here checks, then frees nothing).
+alignas(64) unsigned char g_arena[64];
+constexpr unsigned char kCanary = 0xA5;
+std::atomic<int> g_arena_frees{0};
+std::atomic<bool> g_arena_intact_at_free{false};
+bool ArenaIntact() {
+  return std::all_of(std::begin(g_arena), std::end(g_arena),
+                     [](unsigned char c) { return c == kCanary; });
+}
+void CheckArenaFree(void* p) {
+  g_arena_intact_at_free = ArenaIntact();
+  g_arena_frees++;
+  Event("free " + Hex(p));
+}
+
+TEST_F(CollectorTest, HandOverWritesNeitherTheBlockNorItsNeighbours) {
+  for (size_t bytes : {size_t{1}, size_t{8}}) {
+    SCOPED_TRACE(bytes);
+    std::fill(std::begin(g_arena), std::end(g_arena), kCanary);
+    g_arena_frees = 0;
+    unsigned char* block = g_arena + 24;  // neighbours on both sides, 8-aligned
+    PoolRange(block, bytes);
+    Collector collector(pool_.get(), 0, &CheckArenaFree);
+    const uint64_t ticket = collector.HandOver(block, bytes);
+    ASSERT_NE(ticket, 0u);
+    EXPECT_TRUE(ArenaIntact()) << "written by the hand-over itself";
+    ASSERT_TRUE(collector.WaitFreed(ticket, 5000));
+    EXPECT_EQ(g_arena_frees.load(), 1);
+    EXPECT_TRUE(g_arena_intact_at_free.load()) << "written before the real free";
+    EXPECT_TRUE(ArenaIntact());
+    EXPECT_TRUE(pool_->Empty());
+    collector.Stop();
+  }
+}
+
+TEST_F(CollectorTest, AllSlotsTakenRefusesThenRecovers) {
+  Collector collector(pool_.get(), 0, &FakeRealFree);
+  void* stuck = PooledBlock(4096);
+  g_hold_unregister = true;
+  ASSERT_NE(collector.HandOver(stuck, 4096), 0u);
+  for (int i = 0; i < 5000 && !g_held.load(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(g_held.load()) << "the collector took the stuck block";
+  // The stuck block's slot is free again; every other one fills up now.
+  std::vector<void*> blocks;
+  uint64_t last = 0;
+  for (size_t i = 0; i < Collector::kSlots; ++i) {
+    blocks.push_back(malloc(16));
+    last = collector.HandOver(blocks.back(), 16);
+    ASSERT_NE(last, 0u) << "slot " << i;
+  }
+  void* extra = malloc(16);
+  EXPECT_EQ(collector.HandOver(extra, 16), 0u) << "more than kSlots pending";
+  EXPECT_FALSE(collector.TakeFree(extra, 16, /*may_wait=*/true));  // the caller's free
+  EXPECT_FALSE(collector.TakeFree(extra, 16, /*may_wait=*/false));
+  EXPECT_EQ(collector.PendingBytes(), 4096u + 16 * Collector::kSlots);
+  g_hold_unregister = false;
+  ASSERT_TRUE(collector.WaitFreed(last, 10000));
+  EXPECT_EQ(collector.PendingBytes(), 0u);
+  const uint64_t again = collector.HandOver(extra, 16);  // slots free again
+  ASSERT_NE(again, 0u);
+  ASSERT_TRUE(collector.WaitFreed(again, 5000));
+  const std::vector<std::string> events = Events();
+  ASSERT_EQ(events.size(), Collector::kSlots + 3);  // one unregister, every block freed once
+  EXPECT_EQ(events[0], "unregister " + Hex(stuck));
+  std::vector<std::string> freed(events.begin() + 1, events.end());
+  std::sort(freed.begin(), freed.end());
+  EXPECT_EQ(std::adjacent_find(freed.begin(), freed.end()), freed.end()) << "a block freed twice";
+  collector.Stop();
+}
+
+// Signal handlers hand over while the thread they interrupt hands over too
+// (possibly between its claim of a slot and its publishing it).
+Collector* g_race_collector = nullptr;
+std::vector<void*> g_handler_blocks;
+std::atomic<size_t> g_handler_next{0};
+std::atomic<size_t> g_handler_handed{0};
+void HandOverNextFromSignal(int) {
+  const size_t i = g_handler_next.fetch_add(1);
+  if (i >= g_handler_blocks.size()) return;
+  if (g_race_collector->HandOver(g_handler_blocks[i], 32) != 0) {
+    g_handler_handed++;
+    g_handler_blocks[i] = nullptr;  // the collector's now
+  }
+}
+
+TEST_F(CollectorTest, HandOverFromSignalHandlersInterruptingHandOvers) {
+  Collector collector(pool_.get(), 0, &FakeRealFree);
+  constexpr int kThreadFrees = 20000, kSignals = 500;
+  g_race_collector = &collector;
+  g_handler_blocks.clear();
+  g_handler_next = 0;
+  g_handler_handed = 0;
+  for (int i = 0; i < kSignals; ++i) g_handler_blocks.push_back(malloc(32));
+  struct sigaction sa = {}, old;
+  sa.sa_handler = HandOverNextFromSignal;
+  sigaction(SIGUSR1, &sa, &old);
+  std::atomic<bool> started{false};
+  std::thread worker([&] {
+    started = true;
+    for (int i = 0; i < kThreadFrees; ++i) {
+      void* p = malloc(24);
+      while (collector.HandOver(p, 24) == 0) std::this_thread::yield();  // full: wait here
+    }
+  });
+  while (!started) std::this_thread::yield();
+  for (int i = 0; i < kSignals; ++i) {
+    pthread_kill(worker.native_handle(), SIGUSR1);
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  worker.join();
+  sigaction(SIGUSR1, &old, nullptr);
+  collector.Stop();
+  // Not handed over: signals that merged, or all slots taken at the time.
+  for (void* p : g_handler_blocks) free(p);
+  const size_t handled = g_handler_handed.load();
+  EXPECT_GT(handled, 0u);
+  EXPECT_EQ(Events().size(), kThreadFrees + handled) << "each block freed exactly once";
+  EXPECT_EQ(collector.PendingBytes(), 0u);
 }
 
 TEST_F(CollectorTest, ReleasesIdleEntries) {
