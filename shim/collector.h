@@ -9,6 +9,10 @@
 //    releases more than the program itself unregistered (each pooled entry
 //    stands for one unregister the program asked for and lazypin postponed),
 //    so it adds no stall the program would not have had.
+// Both wait while a stream capture is in progress (CaptureTracker), at most
+// FreeBounds::capture_postpone_ms, so that their releases can wait for the
+// GPU first (a synchronize would invalidate the capture); past the bound
+// they go ahead without that wait (forced).
 #pragma once
 
 #include <atomic>
@@ -28,14 +32,19 @@ class Pool;
 struct FreeBounds {
   uint64_t max_pending_bytes = uint64_t{64} << 20;
   int64_t pending_wait_ms = 2000;
+  int64_t capture_postpone_ms = 1000;
 };
+
+class CaptureTracker;
 
 class Collector {
  public:
   using FreeFn = void (*)(void*);
   // Starts the thread (all signals blocked in it). `real_free` frees a block
-  // without lazypin's hook; `idle_ms` 0 turns idle release off.
-  Collector(Pool* pool, int64_t idle_ms, FreeFn real_free, FreeBounds bounds = {});
+  // without lazypin's hook; `idle_ms` 0 turns idle release off; `captures`
+  // null: releases never wait for captures.
+  Collector(Pool* pool, int64_t idle_ms, FreeFn real_free, FreeBounds bounds = {},
+            const CaptureTracker* captures = nullptr);
   Collector(const Collector&) = delete;
   Collector& operator=(const Collector&) = delete;
 
@@ -65,6 +74,8 @@ class Collector {
     size_t bytes;
   };
   void Run();
+  // True while releases wait for a capture in progress to end (within the bound).
+  bool PostponedForCapture(int64_t now_ms);
   void FinishFrees();
   void Wake();
 
@@ -72,6 +83,8 @@ class Collector {
   const int64_t idle_ms_;
   const FreeFn real_free_;
   const FreeBounds bounds_;
+  const CaptureTracker* const captures_;
+  int64_t postponed_since_ms_ = 0;  // the collector thread's: 0 when no capture was seen
   std::atomic<FreedBlock*> frees_{nullptr};
   std::atomic<uint32_t> wake_seq_{0};  // a futex: bumped by Wake()
   // Tickets: a block's ticket is taken after it is on the list, so every

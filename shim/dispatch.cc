@@ -26,7 +26,8 @@ Outcome Dispatch::Act(const ProgramCall& call, absl::FunctionRef<int()> real) {
   if (pool_ == nullptr) return Outcome{real(), Action::kForward, 0};
   ScopedInsideLazypin inside;
   if (IsRegister(call.api)) return pool_->Register(Request(call, env_->CurrentContext()), real);
-  return pool_->Unregister(reinterpret_cast<uintptr_t>(call.ptr), real);
+  return pool_->Unregister(reinterpret_cast<uintptr_t>(call.ptr), real,
+                           /*may_defer=*/!env_->CaptureForbidsDeferral());
 }
 
 int Dispatch::Runtime(const ProgramCall& call, absl::FunctionRef<int()> real) {
@@ -41,7 +42,7 @@ int Dispatch::Runtime(const ProgramCall& call, absl::FunctionRef<int()> real) {
     ScopedInsideLazypin inside;
     if (IsRegister(call.api)) {
       if (Context ctx = env_->CurrentContext()) fast = pool_->TryHit(Request(call, ctx));
-    } else {
+    } else if (!env_->CaptureForbidsDeferral()) {
       fast = pool_->TryDefer(reinterpret_cast<uintptr_t>(call.ptr));
     }
   }

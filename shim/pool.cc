@@ -93,15 +93,19 @@ void Pool::TakeOverBounds(std::vector<Victim>* victims) {
 
 int Pool::Evict(std::vector<Victim>& victims) {
   if (victims.empty()) return 0;
+  uint64_t forced = 0;
   for (const Victim& v : victims) {
     const int64_t t0 = driver_->NowNs();
-    const int result = driver_->Unregister(v.base, v.ctx);
+    ReleaseWait wait;
+    const int result = driver_->Unregister(v.base, v.ctx, &wait);
+    forced += wait.forced ? 1 : 0;
     if (observer_ != nullptr) {
-      observer_->OnEvict(v.base, v.bytes, v.reason, result, driver_->NowNs() - t0);
+      observer_->OnEvict(v.base, v.bytes, v.reason, result, driver_->NowNs() - t0, wait);
     }
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
+    counters_.forced_releases += forced;
     for (const Victim& v : victims) {
       auto it = entries_.find(v.base);
       if (it != entries_.end() && it->second.state == State::kEvicting) Erase(it);
@@ -234,7 +238,7 @@ std::optional<Outcome> Pool::TryDefer(uintptr_t ptr) {
   return Outcome{kCudaSuccess, Action::kDeferred, Evict(victims)};
 }
 
-Outcome Pool::Unregister(uintptr_t ptr, absl::FunctionRef<int()> forward) {
+Outcome Pool::Unregister(uintptr_t ptr, absl::FunctionRef<int()> forward, bool may_defer) {
   if (abandoned_.load(std::memory_order_relaxed) || ptr == 0) {
     return Outcome{forward(), Action::kForward, 0};
   }
@@ -245,14 +249,14 @@ Outcome Pool::Unregister(uintptr_t ptr, absl::FunctionRef<int()> forward) {
   {
     std::unique_lock<std::mutex> lock(mu_);
     AwaitQuiet(lock, ptr, ptr + 1);
-    if (DeferLocked(ptr, &victims)) {
+    if (may_defer && DeferLocked(ptr, &victims)) {
       lock.unlock();
       return Outcome{kCudaSuccess, Action::kDeferred, Evict(victims)};
     }
     auto it = FirstOverlap(ptr);
     const bool contains = it != entries_.end() && it->first <= ptr;
     if (contains && it->first == ptr && it->second.state == State::kInUse) {
-      // Too large to pool: the driver does the work now.
+      // Too large to pool, or not to be deferred: the driver does the work now.
       taken = std::move(it->second);
       took = true;
       entries_.erase(it);

@@ -36,12 +36,21 @@ namespace lazypin {
 
 using Context = void*;  // a CUcontext, opaque to the pool
 
+// How a release went before its unregister: the time spent waiting for the
+// GPU's work in flight, and whether it was released without that wait
+// finishing (a capture in progress, or the wait's bound passed).
+struct ReleaseWait {
+  int64_t waited_ns = 0;
+  bool forced = false;
+};
+
 // The pool's only route to the driver.
 class PoolDriver {
  public:
   virtual ~PoolDriver() = default;
-  // Really unregisters the registration based at `ptr`, made in `ctx`.
-  virtual int Unregister(uintptr_t ptr, Context ctx) = 0;
+  // Really unregisters the registration based at `ptr`, made in `ctx`;
+  // fills `wait` in (a driver that does not wait leaves it as it is).
+  virtual int Unregister(uintptr_t ptr, Context ctx, ReleaseWait* wait) = 0;
   // The physical frames now behind [ptr, ptr+bytes), one per page; false if unknown.
   virtual bool ReadFrames(uintptr_t ptr, size_t bytes, std::vector<uint64_t>* frames) = 0;
   virtual int64_t NowNs() = 0;
@@ -52,7 +61,7 @@ class PoolObserver {
  public:
   virtual ~PoolObserver() = default;
   virtual void OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result,
-                       int64_t latency_ns) = 0;
+                       int64_t latency_ns, const ReleaseWait& wait) = 0;
   virtual void OnWarning(const std::string& message) = 0;
 };
 
@@ -82,6 +91,7 @@ struct PoolCounters {
   uint64_t evictions[static_cast<int>(EvictReason::kCount)] = {};
   uint64_t pooled_bytes = 0, pooled_entries = 0;
   uint64_t peak_bytes = 0, peak_entries = 0;
+  uint64_t forced_releases = 0;  // evictions whose wait for the GPU did not finish
 };
 
 class Pool {
@@ -92,8 +102,9 @@ class Pool {
 
   // A program's register. `forward` makes the program's own call to the driver.
   Outcome Register(const RegisterRequest& request, absl::FunctionRef<int()> forward);
-  // A program's unregister of `ptr`.
-  Outcome Unregister(uintptr_t ptr, absl::FunctionRef<int()> forward);
+  // A program's unregister of `ptr`. With `may_defer` false it is forwarded
+  // even if poolable (the driver's answer is what the program must see).
+  Outcome Unregister(uintptr_t ptr, absl::FunctionRef<int()> forward, bool may_defer = true);
 
   // The two outcomes that need no driver call, for a caller (the runtime
   // hook) that must not forward through its own path: an exact hit, or a

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "capture.h"
 #include "collector.h"
 #include "config.h"
 #include "cuda.h"
@@ -101,11 +102,21 @@ class Shim final : public DispatchEnv, public PoolObserver {
     if (get == nullptr || get(&device) != CUDA_SUCCESS) device = -1;
     return device;
   }
+  bool CaptureForbidsDeferral() override {
+    if (!Captures().Any()) return false;
+    auto exchange = capture_mode_.Get(&real::Driver, "cuThreadExchangeStreamCaptureMode");
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    // Unknown: forward (the driver's own answer is always the bare one).
+    if (exchange == nullptr || exchange(&mode) != CUDA_SUCCESS) return true;
+    CUstreamCaptureMode restore = mode;
+    exchange(&restore);
+    return Captures().ForbidsUnsafeCall(CaptureThreadId(), static_cast<CaptureMode>(mode));
+  }
   void Record(const CallRecord& record) override;
 
   // PoolObserver
-  void OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result,
-               int64_t latency_ns) override;
+  void OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result, int64_t latency_ns,
+               const ReleaseWait& wait) override;
   void OnWarning(const std::string& message) override;
 
  private:
@@ -129,6 +140,7 @@ class Shim final : public DispatchEnv, public PoolObserver {
   real::Lazy<CUresult (*)(CUcontext*)> ctx_get_current_;
   real::Lazy<CUresult (*)(CUdevice*)> ctx_get_device_;
   real::Lazy<CUresult (*)(int*)> driver_get_version_;
+  real::Lazy<CUresult (*)(CUstreamCaptureMode*)> capture_mode_;
   struct sigaction old_action_[NSIG] = {};
 };
 
@@ -182,7 +194,8 @@ void Shim::Init() {
                   "page checks are off");
       }
     }
-    collector_ = std::make_unique<Collector>(pool_.get(), config_.idle_ms, &RealFree);
+    collector_ = std::make_unique<Collector>(pool_.get(), config_.idle_ms, &RealFree, FreeBounds{},
+                                             &Captures());
     guard_ = std::make_unique<MemoryGuard>(pool_.get(), collector_.get());
   }
   dispatch_ = std::make_unique<Dispatch>(this, pool_.get());
@@ -241,11 +254,12 @@ void Shim::Record(const CallRecord& record) {
   InstallExitHandlerOnce();
 }
 
-void Shim::OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result,
-                   int64_t latency_ns) {
+void Shim::OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result, int64_t latency_ns,
+                   const ReleaseWait& wait) {
   stats_.RecordEvict(latency_ns);
   if (log_) {
-    log_->Write(EvictRecordLine(SinceStart(), ThreadId(), ptr, bytes, reason, result, latency_ns));
+    log_->Write(
+        EvictRecordLine(SinceStart(), ThreadId(), ptr, bytes, reason, result, latency_ns, wait));
   }
 }
 
