@@ -15,7 +15,7 @@ namespace {
 
 class InstantDriver final : public PoolDriver {
  public:
-  int Unregister(uintptr_t, Context) override { return 0; }
+  int Unregister(uintptr_t, Context, ReleaseWait*) override { return 0; }
   bool ReadFrames(uintptr_t, size_t, std::vector<uint64_t>*) override { return false; }
   int64_t NowNs() override { return ++now_; }
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <climits>
 
+#include "capture.h"
 #include "pool.h"
 #include "thread_state.h"
 
@@ -23,8 +24,9 @@ int64_t MonotonicMs() {
 
 }  // namespace
 
-Collector::Collector(Pool* pool, int64_t idle_ms, FreeFn real_free, FreeBounds bounds)
-    : pool_(pool), idle_ms_(idle_ms), real_free_(real_free), bounds_(bounds) {
+Collector::Collector(Pool* pool, int64_t idle_ms, FreeFn real_free, FreeBounds bounds,
+                     const CaptureTracker* captures)
+    : pool_(pool), idle_ms_(idle_ms), real_free_(real_free), bounds_(bounds), captures_(captures) {
   thread_ = StartThreadWithSignalsBlocked([this] { Run(); });
 }
 
@@ -108,6 +110,17 @@ void Collector::Stop() {
   FinishFrees();  // handed over before `stopping_` was seen
 }
 
+bool Collector::PostponedForCapture(int64_t now_ms) {
+  if (captures_ == nullptr || !captures_->Any()) {
+    postponed_since_ms_ = 0;
+    return false;
+  }
+  if (postponed_since_ms_ == 0) postponed_since_ms_ = now_ms;
+  // Past the bound, releases go ahead until no capture is seen again, so that
+  // captures back to back cannot hold them off for longer.
+  return now_ms - postponed_since_ms_ < bounds_.capture_postpone_ms;
+}
+
 void Collector::Run() {
   ScopedInsideLazypin inside;  // its frees and the driver's are ours: pass them through
   const int64_t period_ms = std::clamp<int64_t>(idle_ms_ / 4, 10, 1000);
@@ -115,6 +128,12 @@ void Collector::Run() {
   while (!stopping_.load(std::memory_order_acquire)) {
     const uint32_t seq = wake_seq_.load(std::memory_order_acquire);
     const uint64_t seen_handed = handed_.load(std::memory_order_acquire);
+    if (PostponedForCapture(MonotonicMs())) {
+      // Look again soon: the capture's end is not signalled.
+      struct timespec poll = {0, 2 * 1000000};
+      syscall(SYS_futex, &wake_seq_, FUTEX_WAIT_PRIVATE, seq, &poll, nullptr, 0);
+      continue;
+    }
     FinishFrees();
     pool_->ApplyPageChanges();  // stale registrations go even while the program makes no call
     int64_t wait_ms = 1000;

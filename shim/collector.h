@@ -9,6 +9,10 @@
 //    releases more than the program itself unregistered (each pooled entry
 //    stands for one unregister the program asked for and lazypin postponed),
 //    so it adds no stall the program would not have had.
+// Both wait while a stream capture is in progress (CaptureTracker), at most
+// FreeBounds::capture_postpone_ms, so that their releases can wait for the
+// GPU first (a synchronize would invalidate the capture); past the bound
+// they go ahead without that wait (forced).
 #pragma once
 
 #include <atomic>
@@ -28,14 +32,19 @@ class Pool;
 struct FreeBounds {
   uint64_t max_pending_bytes = uint64_t{64} << 20;
   int64_t pending_wait_ms = 2000;
+  int64_t capture_postpone_ms = 1000;
 };
+
+class CaptureTracker;
 
 class Collector {
  public:
   using FreeFn = void (*)(void*);
   // Starts the thread (all signals blocked in it). `real_free` frees a block
-  // without lazypin's hook; `idle_ms` 0 turns idle release off.
-  Collector(Pool* pool, int64_t idle_ms, FreeFn real_free, FreeBounds bounds = {});
+  // without lazypin's hook; `idle_ms` 0 turns idle release off; `captures`
+  // null: releases never wait for captures.
+  Collector(Pool* pool, int64_t idle_ms, FreeFn real_free, FreeBounds bounds = {},
+            const CaptureTracker* captures = nullptr);
   Collector(const Collector&) = delete;
   Collector& operator=(const Collector&) = delete;
 
@@ -75,6 +84,8 @@ class Collector {
   };
   static constexpr uintptr_t kClaimed = 1;
   void Run();
+  // True while releases wait for a capture in progress to end (within the bound).
+  bool PostponedForCapture(int64_t now_ms);
   void FinishFrees();
   void Wake();
 
@@ -84,6 +95,8 @@ class Collector {
   const FreeBounds bounds_;
   Slot slots_[kSlots];
   std::atomic<size_t> next_slot_{0};  // where the next HandOver starts looking
+  const CaptureTracker* const captures_;
+  int64_t postponed_since_ms_ = 0;  // the collector thread's: 0 when no capture was seen
   std::atomic<uint32_t> wake_seq_{0};  // a futex: bumped by Wake()
   // Tickets: a block's ticket is taken after its slot is published, so every
   // ticket up to a value read before a scan of the slots is in that scan.

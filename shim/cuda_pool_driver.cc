@@ -1,15 +1,23 @@
 // cuda_pool_driver: lazypin's own unregisters through the real driver (see cuda_pool_driver.h).
 #include "cuda_pool_driver.h"
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <climits>
 #include <memory>
+#include <mutex>
 
+#include "capture.h"
 #include "cuda.h"
 #include "mem_watch.h"
 #include "page_class.h"
 #include "pfn.h"
 #include "real.h"
+#include "thread_state.h"
 
 namespace lazypin {
 
@@ -20,6 +28,89 @@ int64_t MonotonicNs() {
 }
 
 namespace {
+
+using PushFn = CUresult (*)(CUcontext);
+using PopFn = CUresult (*)(CUcontext*);
+using SyncFn = CUresult (*)();
+
+real::Lazy<PushFn> g_push;
+real::Lazy<PopFn> g_pop;
+real::Lazy<SyncFn> g_sync;
+
+void FutexWait(std::atomic<uint32_t>* word, uint32_t seen, int64_t timeout_ns) {
+  struct timespec timeout = {timeout_ns / 1000000000, timeout_ns % 1000000000};
+  syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, seen, timeout_ns >= 0 ? &timeout : nullptr,
+          nullptr, 0);
+}
+void FutexWake(std::atomic<uint32_t>* word, int count) {
+  syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, count, nullptr, nullptr, 0);
+}
+
+// A thread of lazypin's that synchronizes one context when asked, so that a
+// release can wait for the GPU's work in flight with a deadline: the wait
+// itself (cuCtxSynchronize) has none, and on a GPU that never goes idle (a
+// persistent kernel) it never returns. Never destroyed.
+class ContextIdleWaiter {
+ public:
+  explicit ContextIdleWaiter(Context ctx) : ctx_(ctx) {
+    StartThreadWithSignalsBlocked([this] { Run(); }).detach();
+  }
+
+  // True once the work in flight in the context when this was called has
+  // finished; false at `deadline_ns`, when the synchronize failed or was not
+  // made (a capture in progress), or at once when an earlier synchronize has
+  // been running for longer than `stuck_ns` (the GPU does not go idle).
+  bool Wait(int64_t deadline_ns, int64_t stuck_ns) {
+    const int64_t since = busy_since_.load(std::memory_order_acquire);
+    if (since != 0 && MonotonicNs() - since > stuck_ns) return false;
+    const uint32_t target = requested_.fetch_add(1, std::memory_order_acq_rel) + 1;
+    FutexWake(&requested_, 1);
+    for (;;) {
+      const uint32_t done = done_.load(std::memory_order_acquire);
+      // Rounds compared modulo 2^32.
+      if (static_cast<int32_t>(done - target) >= 0) return last_ok_.load(std::memory_order_acquire);
+      const int64_t left = deadline_ns - MonotonicNs();
+      if (left <= 0) return false;
+      FutexWait(&done_, done, left);
+    }
+  }
+  Context ctx() const { return ctx_; }
+
+ private:
+  void Run() {
+    ScopedInsideLazypin inside;  // its frees and driver calls are lazypin's own
+    PushFn push = g_push.Get(&real::Driver, "cuCtxPushCurrent_v2");
+    PopFn pop = g_pop.Get(&real::Driver, "cuCtxPopCurrent_v2");
+    SyncFn sync = g_sync.Get(&real::Driver, "cuCtxSynchronize");
+    for (;;) {
+      const uint32_t wanted = requested_.load(std::memory_order_acquire);
+      if (wanted == done_.load(std::memory_order_relaxed)) {
+        FutexWait(&requested_, wanted, -1);
+        continue;
+      }
+      // Every request up to `wanted` was made before this synchronize began,
+      // so it covers the work each of them found in flight.
+      bool ok = false;
+      if (push != nullptr && pop != nullptr && sync != nullptr && !Captures().InProgress(ctx_) &&
+          push(static_cast<CUcontext>(ctx_)) == CUDA_SUCCESS) {
+        busy_since_.store(MonotonicNs(), std::memory_order_release);
+        ok = sync() == CUDA_SUCCESS;
+        busy_since_.store(0, std::memory_order_release);
+        CUcontext popped;
+        pop(&popped);
+      }
+      last_ok_.store(ok, std::memory_order_release);
+      done_.store(wanted, std::memory_order_release);
+      FutexWake(&done_, INT_MAX);
+    }
+  }
+
+  const Context ctx_;
+  std::atomic<uint32_t> requested_{0};  // futex: rounds asked for
+  std::atomic<uint32_t> done_{0};       // futex: the last round finished
+  std::atomic<bool> last_ok_{false};
+  std::atomic<int64_t> busy_since_{0};  // when the synchronize in progress began; 0: none
+};
 
 class CudaPoolDriver final : public PoolDriver {
  public:
@@ -37,12 +128,24 @@ class CudaPoolDriver final : public PoolDriver {
     if (watch_ != nullptr) watch_->Drain(changed);
   }
 
-  int Unregister(uintptr_t ptr, Context ctx) override {
+  int Unregister(uintptr_t ptr, Context ctx, ReleaseWait* wait) override {
     auto unregister = unregister_.Get(&real::Driver, "cuMemHostUnregister");
-    auto push = push_.Get(&real::Driver, "cuCtxPushCurrent_v2");
-    auto pop = pop_.Get(&real::Driver, "cuCtxPopCurrent_v2");
+    auto push = g_push.Get(&real::Driver, "cuCtxPushCurrent_v2");
+    auto pop = g_pop.Get(&real::Driver, "cuCtxPopCurrent_v2");
     auto capture_mode = capture_mode_.Get(&real::Driver, "cuThreadExchangeStreamCaptureMode");
     if (unregister == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+    // Wait for the GPU first, on this thread: the unregister's own wait for
+    // the device would otherwise stall every other thread's CUDA work
+    // (docs/design.md). Not while a capture is in progress in the context:
+    // a synchronize would invalidate it.
+    const int64_t t0 = MonotonicNs();
+    if (ctx != nullptr && Captures().InProgress(ctx)) {
+      wait->forced = true;
+    } else if (ctx != nullptr) {
+      ContextIdleWaiter* waiter = WaiterFor(ctx);
+      wait->forced = waiter == nullptr || !waiter->Wait(t0 + kReleaseWaitNs, kReleaseWaitNs);
+      wait->waited_ns = MonotonicNs() - t0;
+    }
     // Not part of any stream capture the program has in progress: in the
     // default (global) mode this thread's unregister would be refused (900)
     // and invalidate another thread's capture (measured on the H200;
@@ -52,9 +155,6 @@ class CudaPoolDriver final : public PoolDriver {
     // The registration belongs to `ctx`; whichever thread evicts, make it current.
     const bool pushed = ctx != nullptr && push != nullptr && pop != nullptr &&
                         push(static_cast<CUcontext>(ctx)) == CUDA_SUCCESS;
-    // No cuCtxSynchronize first, although waiting for the GPU here would spare
-    // the other threads the unregister's stall: a synchronize invalidates a
-    // capture in progress even in relaxed mode (measured, docs/design.md).
     const int result = unregister(reinterpret_cast<void*>(ptr));
     if (pushed) {
       CUcontext popped;
@@ -69,12 +169,26 @@ class CudaPoolDriver final : public PoolDriver {
   int64_t NowNs() override { return MonotonicNs(); }
 
  private:
+  static constexpr int kMaxContexts = 16;
+
+  // The context's waiter, started on first use; null past kMaxContexts.
+  ContextIdleWaiter* WaiterFor(Context ctx) {
+    std::lock_guard<std::mutex> lock(waiters_mu_);
+    for (int i = 0; i < waiter_count_; ++i) {
+      if (waiters_[i]->ctx() == ctx) return waiters_[i];
+    }
+    if (waiter_count_ == kMaxContexts) return nullptr;
+    waiters_[waiter_count_] = new ContextIdleWaiter(ctx);  // never destroyed: its thread lives on
+    return waiters_[waiter_count_++];
+  }
+
   MemWatch* const watch_;
   const bool defer_shared_;
   real::Lazy<CUresult (*)(void*)> unregister_;
-  real::Lazy<CUresult (*)(CUcontext)> push_;
-  real::Lazy<CUresult (*)(CUcontext*)> pop_;
   real::Lazy<CUresult (*)(CUstreamCaptureMode*)> capture_mode_;
+  std::mutex waiters_mu_;
+  ContextIdleWaiter* waiters_[kMaxContexts] = {};
+  int waiter_count_ = 0;
 };
 
 }  // namespace

@@ -1,5 +1,14 @@
 // cuda_pool_driver: the pool's route to the real CUDA driver (PoolDriver),
 // for lazypin's own unregisters (evictions), the page-frame check and the clock.
+//
+// Each of lazypin's unregisters first waits, on the calling thread, for the
+// GPU's work in flight in the registration's context (a thread of lazypin's
+// synchronizes that context; the caller waits with a deadline), then
+// unregisters: the unregister is then short, and the program's other threads
+// do not wait behind it. The wait is skipped while a stream capture is in
+// progress in that context (a synchronize would invalidate it), and bounded
+// by kReleaseWaitNs (a GPU that never goes idle); either way the release
+// goes ahead and is reported forced (ReleaseWait).
 #pragma once
 
 #include <memory>
@@ -7,6 +16,9 @@
 #include "pool.h"
 
 namespace lazypin {
+
+// The bound on a release's wait for the GPU.
+constexpr int64_t kReleaseWaitNs = int64_t{1000} * 1000000;
 
 // Monotonic clock in nanoseconds.
 int64_t MonotonicNs();

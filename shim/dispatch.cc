@@ -39,7 +39,9 @@ Outcome Dispatch::Act(const ProgramCall& call, absl::FunctionRef<int()> real,
   }
   // With no current context the driver refuses (201) and keeps the
   // registration: forward, so that it does.
+  // A capture that the driver's unregister would break: forward, so that it does.
   const bool may_defer = ctx != nullptr && wait != RuntimeFrame::Wait::kNoDefer &&
+                         !env_->CaptureForbidsDeferral() &&
                          (wait == RuntimeFrame::Wait::kWaited || WaitBeforeDefer(ctx));
   ScopedInsideLazypin inside;
   return pool_->Unregister(reinterpret_cast<uintptr_t>(call.ptr), real, may_defer);
@@ -62,7 +64,7 @@ int Dispatch::Runtime(const ProgramCall& call, absl::FunctionRef<int()> real) {
       if (IsRegister(call.api)) {
         ScopedInsideLazypin inside;
         fast = pool_->TryHit(Request(call, ctx));
-      } else if (WaitBeforeDefer(ctx)) {
+      } else if (!env_->CaptureForbidsDeferral() && WaitBeforeDefer(ctx)) {
         frame.wait = RuntimeFrame::Wait::kWaited;
         ScopedInsideLazypin inside;
         fast = pool_->TryDefer(reinterpret_cast<uintptr_t>(call.ptr));

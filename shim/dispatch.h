@@ -48,6 +48,11 @@ class DispatchEnv {
   // The calling thread's current CUDA context (null: none) and its device (-1: none).
   virtual Context CurrentContext() = 0;
   virtual int CurrentDevice() = 0;
+  // The driver would refuse an unregister on the calling thread now (900: a
+  // stream capture in progress forbids it, which the refusal invalidates).
+  // Such an unregister is forwarded, not deferred, so that the program sees
+  // the driver's answer. Cheap when nothing captures.
+  virtual bool CaptureForbidsDeferral() = 0;
   // Exactly once per program call, after it returned from the driver or the pool.
   virtual void Record(const CallRecord& record) = 0;
   // Waits, on the calling thread, for the work in flight in `ctx` (the

@@ -4,6 +4,8 @@
 // leaving the process), found through the published ShimState (state.h).
 #pragma once
 
+#include <cstdint>
+
 #include "types.h"
 
 namespace lazypin {
@@ -16,8 +18,8 @@ void* RuntimeHookOf(const char* name, Via via);
 // Hands that copy its real function; false if it already has another one.
 bool OfferRuntimeReal(const char* name, Via via, void* fn);
 
-// The getter's answer `*pfn` for `symbol` at `version` with the getter's
-// `flags`: replaced by our hook when we own that entry point.
-void SwapForHook(const char* symbol, int version, unsigned long long flags, void** pfn);
+// The getter's answer `*pfn` for `symbol` at `version` with `flags`: replaced
+// by our hook when we own that entry point.
+void SwapForHook(const char* symbol, int version, uint64_t flags, void** pfn);
 
 }  // namespace lazypin

@@ -13,6 +13,7 @@
 // Every versioned name (cuMemHostRegister and cuMemHostRegister_v2 alike)
 // must stay itself here, not be renamed by cuda.h's #defines.
 #define __CUDA_API_VERSION_INTERNAL 1
+#include "capture.h"
 #include "cuda.h"
 #include "dispatch.h"
 #include "hooks.h"
@@ -70,9 +71,10 @@ using namespace lazypin;  // NOLINT: the hooks below are C symbols
 #define LP_MAP3(m, x, ...) m x, LP_MAP2(m, __VA_ARGS__)
 #define LP_MAP4(m, x, ...) m x, LP_MAP3(m, __VA_ARGS__)
 #define LP_MAP5(m, x, ...) m x, LP_MAP4(m, __VA_ARGS__)
-#define LP_PICK(_1, _2, _3, _4, _5, NAME, ...) NAME
+#define LP_MAP6(m, x, ...) m x, LP_MAP5(m, __VA_ARGS__)
+#define LP_PICK(_1, _2, _3, _4, _5, _6, NAME, ...) NAME
 #define LP_MAP(m, ...) \
-  LP_PICK(__VA_ARGS__, LP_MAP5, LP_MAP4, LP_MAP3, LP_MAP2, LP_MAP1)(m, __VA_ARGS__)
+  LP_PICK(__VA_ARGS__, LP_MAP6, LP_MAP5, LP_MAP4, LP_MAP3, LP_MAP2, LP_MAP1)(m, __VA_ARGS__)
 
 #define HOOK(NAME, RET, RESOLVE, ...)                                                   \
   using Fn_##NAME = RET (*)(LP_MAP(LP_TYPE, __VA_ARGS__));                              \
@@ -290,6 +292,107 @@ HOOK(cuGetProcAddress_v2, CUresult, DriverSymbol, (const char*, symbol), (void**
   return result;
 }
 
+// ---- stream capture: tracked so that lazypin's releases leave it alone ------
+// (capture.h). Every form the driver exports, and the getter's `_ptsz` ones
+// (per-thread default stream). The tracker is updated around the real call,
+// never holding its lock across it.
+namespace lazypin {
+namespace {
+
+using StreamGetCtxFn = CUresult (*)(CUstream, CUcontext*);
+using CtxGetCurrentFn = CUresult (*)(CUcontext*);
+using IsCapturingFn = CUresult (*)(CUstream, CUstreamCaptureStatus*);
+real::Lazy<StreamGetCtxFn> g_stream_get_ctx;
+real::Lazy<CtxGetCurrentFn> g_ctx_get_current;
+real::Lazy<IsCapturingFn> g_is_capturing[2];  // without, with _ptsz
+
+// The stream a handle names: the per-thread default stream is a different
+// one on each thread (an odd key: stream handles are aligned pointers).
+bool PerThreadStream(CUstream stream, bool ptsz) {
+  return stream == CU_STREAM_PER_THREAD || (ptsz && stream == nullptr);
+}
+uint64_t CaptureKey(CUstream stream, bool ptsz) {
+  return PerThreadStream(stream, ptsz) ? CaptureThreadId() | 1
+                                       : static_cast<uint64_t>(reinterpret_cast<uintptr_t>(stream));
+}
+
+template <typename Begin>
+CUresult TrackedBeginCapture(CUstream stream, CUstreamCaptureMode mode, bool ptsz, Begin begin) {
+  CUcontext ctx = nullptr;
+  auto stream_ctx = g_stream_get_ctx.Get(&real::Driver, "cuStreamGetCtx");
+  if (stream_ctx == nullptr || stream_ctx(stream, &ctx) != CUDA_SUCCESS || ctx == nullptr) {
+    if (auto current = g_ctx_get_current.Get(&real::Driver, "cuCtxGetCurrent")) current(&ctx);
+  }
+  const uint64_t key = CaptureKey(stream, ptsz);
+  int handle;
+  {
+    ScopedInsideLazypin inside;  // a signal handler's hook on this thread leaves the tracker alone
+    handle = Captures().Begin(key, ctx, static_cast<CaptureMode>(mode), CaptureThreadId());
+  }
+  const CUresult result = begin();
+  if (result != CUDA_SUCCESS) {
+    ScopedInsideLazypin inside;
+    Captures().Refused(handle);
+  }
+  return result;
+}
+
+template <typename End>
+CUresult TrackedEndCapture(CUstream stream, bool ptsz, End end) {
+  const CUresult result = end();
+  // Ended, or ended by invalidation (901); a refused end (wrong thread) is
+  // not: the driver's own view decides, where it can be asked.
+  bool ended = result == CUDA_SUCCESS || result == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED ||
+               result == CUDA_ERROR_ILLEGAL_STATE;
+  auto is_capturing = g_is_capturing[ptsz].Get(
+      &real::Driver, ptsz ? "cuStreamIsCapturing_ptsz" : "cuStreamIsCapturing");
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  const CUstream asked = PerThreadStream(stream, ptsz) ? CU_STREAM_PER_THREAD : stream;
+  if (is_capturing != nullptr && is_capturing(asked, &status) == CUDA_SUCCESS) {
+    ended = status == CU_STREAM_CAPTURE_STATUS_NONE;
+  }
+  if (ended && Captures().Any()) {
+    ScopedInsideLazypin inside;
+    Captures().Ended(CaptureKey(stream, ptsz));
+  }
+  return result;
+}
+
+}  // namespace
+}  // namespace lazypin
+
+HOOK(cuStreamBeginCapture, CUresult, DriverSymbol, (CUstream, stream)) {
+  return TrackedBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL, false, [&] { return real(stream); });
+}
+HOOK(cuStreamBeginCapture_ptsz, CUresult, DriverSymbol, (CUstream, stream)) {
+  return TrackedBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL, true, [&] { return real(stream); });
+}
+HOOK(cuStreamBeginCapture_v2, CUresult, DriverSymbol, (CUstream, stream), (CUstreamCaptureMode, mode)) {
+  return TrackedBeginCapture(stream, mode, false, [&] { return real(stream, mode); });
+}
+HOOK(cuStreamBeginCapture_v2_ptsz, CUresult, DriverSymbol, (CUstream, stream),
+     (CUstreamCaptureMode, mode)) {
+  return TrackedBeginCapture(stream, mode, true, [&] { return real(stream, mode); });
+}
+HOOK(cuStreamBeginCaptureToGraph, CUresult, DriverSymbol, (CUstream, stream), (CUgraph, graph),
+     (const CUgraphNode*, deps), (const CUgraphEdgeData*, edges), (size_t, count),
+     (CUstreamCaptureMode, mode)) {
+  return TrackedBeginCapture(stream, mode, false,
+                             [&] { return real(stream, graph, deps, edges, count, mode); });
+}
+HOOK(cuStreamBeginCaptureToGraph_ptsz, CUresult, DriverSymbol, (CUstream, stream), (CUgraph, graph),
+     (const CUgraphNode*, deps), (const CUgraphEdgeData*, edges), (size_t, count),
+     (CUstreamCaptureMode, mode)) {
+  return TrackedBeginCapture(stream, mode, true,
+                             [&] { return real(stream, graph, deps, edges, count, mode); });
+}
+HOOK(cuStreamEndCapture, CUresult, DriverSymbol, (CUstream, stream), (CUgraph*, graph)) {
+  return TrackedEndCapture(stream, false, [&] { return real(stream, graph); });
+}
+HOOK(cuStreamEndCapture_ptsz, CUresult, DriverSymbol, (CUstream, stream), (CUgraph*, graph)) {
+  return TrackedEndCapture(stream, true, [&] { return real(stream, graph); });
+}
+
 // ---- runtime hooks (hooks_runtime.cc) join the same table ------------------
 namespace lazypin {
 namespace {
@@ -326,6 +429,15 @@ const HookEntry kHooks[] = {
     COPY_ENTRIES(cuMemcpyAsync, "cuMemcpyAsync", 4000),
     COPY_ENTRIES(cuMemcpy2DAsync_v2, "cuMemcpy2DAsync", 3020),
     COPY_ENTRIES(cuMemcpy3DAsync_v2, "cuMemcpy3DAsync", 3020),
+    // ---- stream capture
+    ENTRY_FOR(cuStreamBeginCapture, "cuStreamBeginCapture", 0, 10009, kLegacy),
+    ENTRY_FOR(cuStreamBeginCapture_ptsz, "cuStreamBeginCapture", 0, 10009, kPerThread),
+    ENTRY_FOR(cuStreamBeginCapture_v2, "cuStreamBeginCapture", 10010, INT_MAX, kLegacy),
+    ENTRY_FOR(cuStreamBeginCapture_v2_ptsz, "cuStreamBeginCapture", 10010, INT_MAX, kPerThread),
+    ENTRY_FOR(cuStreamBeginCaptureToGraph, "cuStreamBeginCaptureToGraph", 0, INT_MAX, kLegacy),
+    ENTRY_FOR(cuStreamBeginCaptureToGraph_ptsz, "cuStreamBeginCaptureToGraph", 0, INT_MAX, kPerThread),
+    ENTRY_FOR(cuStreamEndCapture, "cuStreamEndCapture", 0, INT_MAX, kLegacy),
+    ENTRY_FOR(cuStreamEndCapture_ptsz, "cuStreamEndCapture", 0, INT_MAX, kPerThread),
     RUNTIME_ENTRY(cudaHostRegister),
     RUNTIME_ENTRY(cudaHostUnregister),
 };
@@ -349,7 +461,7 @@ void* DlsymHooked(void* handle, const char* symbol, const HookEntry& entry) {
 
 }  // namespace
 
-void SwapForHook(const char* symbol, int version, unsigned long long flags, void** pfn) {
+void SwapForHook(const char* symbol, int version, uint64_t flags, void** pfn) {
   if (symbol == nullptr || pfn == nullptr || *pfn == nullptr || IsOurs(*pfn)) return;
   const HookEntry::Stream stream = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)
                                        ? HookEntry::Stream::kPerThread

@@ -107,16 +107,20 @@ void Pool::TakeOverBounds(std::vector<Victim>* victims) {
 
 int Pool::Evict(std::vector<Victim>& victims) {
   if (victims.empty()) return 0;
+  uint64_t forced = 0;
   for (const Victim& v : victims) {
     const int64_t t0 = driver_->NowNs();
-    const int result = driver_->Unregister(v.base, v.ctx);
+    ReleaseWait wait;
+    const int result = driver_->Unregister(v.base, v.ctx, &wait);
+    forced += wait.forced ? 1 : 0;
     if (observer_ != nullptr) {
-      observer_->OnEvict(v.base, v.bytes, v.reason, result, driver_->NowNs() - t0);
+      observer_->OnEvict(v.base, v.bytes, v.reason, result, driver_->NowNs() - t0, wait);
     }
     if (v.watched) driver_->Release(v.base, RangeEnd(v.base, v.bytes));
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
+    counters_.forced_releases += forced;
     for (const Victim& v : victims) {
       auto it = entries_.find(v.base);
       if (it != entries_.end() && it->second.state == State::kEvicting) Erase(it);

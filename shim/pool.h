@@ -40,12 +40,21 @@ namespace lazypin {
 
 using Context = void*;  // a CUcontext, opaque to the pool
 
+// How a release went before its unregister: the time spent waiting for the
+// GPU's work in flight, and whether it was released without that wait
+// finishing (a capture in progress, or the wait's bound passed).
+struct ReleaseWait {
+  int64_t waited_ns = 0;
+  bool forced = false;
+};
+
 // The pool's only route to the driver.
 class PoolDriver {
  public:
   virtual ~PoolDriver() = default;
-  // Really unregisters the registration based at `ptr`, made in `ctx`.
-  virtual int Unregister(uintptr_t ptr, Context ctx) = 0;
+  // Really unregisters the registration based at `ptr`, made in `ctx`;
+  // fills `wait` in (a driver that does not wait leaves it as it is).
+  virtual int Unregister(uintptr_t ptr, Context ctx, ReleaseWait* wait) = 0;
   // The physical frames now behind [ptr, ptr+bytes), one per page; false if unknown.
   virtual bool ReadFrames(uintptr_t ptr, size_t bytes, std::vector<uint64_t>* frames) = 0;
   virtual int64_t NowNs() = 0;
@@ -66,7 +75,7 @@ class PoolObserver {
  public:
   virtual ~PoolObserver() = default;
   virtual void OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result,
-                       int64_t latency_ns) = 0;
+                       int64_t latency_ns, const ReleaseWait& wait) = 0;
   virtual void OnWarning(const std::string& message) = 0;
 };
 
@@ -97,6 +106,7 @@ struct PoolCounters {
   uint64_t evictions[static_cast<int>(EvictReason::kCount)] = {};
   uint64_t pooled_bytes = 0, pooled_entries = 0;
   uint64_t peak_bytes = 0, peak_entries = 0;
+  uint64_t forced_releases = 0;  // evictions whose wait for the GPU did not finish
 };
 
 class Pool {

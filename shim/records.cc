@@ -42,10 +42,12 @@ std::string CallRecordLine(int64_t t_ns, int tid, const CallRecord& r) {
 }
 
 std::string EvictRecordLine(int64_t t_ns, int tid, uintptr_t ptr, size_t bytes, EvictReason reason,
-                            int result, int64_t latency_ns) {
+                            int result, int64_t latency_ns, const ReleaseWait& wait) {
   return fmt::format(
-      R"({{"type":"evict","t_ns":{},"tid":{},"ptr":"{}","bytes":{},"reason":"{}","result":{},"latency_ns":{}}})",
-      t_ns, tid, reinterpret_cast<void*>(ptr), bytes, EvictReasonName(reason), result, latency_ns);
+      R"({{"type":"evict","t_ns":{},"tid":{},"ptr":"{}","bytes":{},"reason":"{}","result":{},"latency_ns":{},)"
+      R"("waited_ns":{}{}}})",
+      t_ns, tid, reinterpret_cast<void*>(ptr), bytes, EvictReasonName(reason), result, latency_ns,
+      wait.waited_ns, wait.forced ? R"(,"forced":true)" : "");
 }
 
 std::string WarningRecordLine(int64_t t_ns, std::string_view message) {

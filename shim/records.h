@@ -33,7 +33,7 @@ std::string HeaderRecord(const HeaderInfo& info);
 
 std::string CallRecordLine(int64_t t_ns, int tid, const CallRecord& record);
 std::string EvictRecordLine(int64_t t_ns, int tid, uintptr_t ptr, size_t bytes, EvictReason reason,
-                            int result, int64_t latency_ns);
+                            int result, int64_t latency_ns, const ReleaseWait& wait);
 std::string WarningRecordLine(int64_t t_ns, std::string_view message);
 
 // The summary a signal leaves ({"type":"summary","t_ns":N,"ended_by":"SIGTERM"}),

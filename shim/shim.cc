@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "capture.h"
 #include "collector.h"
 #include "config.h"
 #include "cuda.h"
@@ -113,8 +114,21 @@ class Shim final : public DispatchEnv, public PoolObserver {
     if (get == nullptr || get(&device) != CUDA_SUCCESS) device = -1;
     return device;
   }
+  bool CaptureForbidsDeferral() override {
+    if (!Captures().Any()) return false;
+    auto exchange = capture_mode_.Get(&real::Driver, "cuThreadExchangeStreamCaptureMode");
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    // Unknown: forward (the driver's own answer is always the bare one).
+    if (exchange == nullptr || exchange(&mode) != CUDA_SUCCESS) return true;
+    CUstreamCaptureMode restore = mode;
+    exchange(&restore);
+    return Captures().ForbidsUnsafeCall(CaptureThreadId(), static_cast<CaptureMode>(mode));
+  }
   void Record(const CallRecord& record) override;
-  int WaitForDevice(Context) override {
+  int WaitForDevice(Context ctx) override {
+    // A synchronize would invalidate a capture in progress in the context,
+    // even in relaxed mode: then no wait, and the unregister is forwarded.
+    if (Captures().InProgress(ctx)) return kCudaCaptureUnsupported;
     // `ctx` is current on this thread: cuCtxSynchronize waits for it alone.
     auto synchronize = ctx_synchronize_.Get(&real::Driver, "cuCtxSynchronize");
     return synchronize != nullptr ? int{synchronize()} : kCudaNotInitialized;
@@ -138,8 +152,8 @@ class Shim final : public DispatchEnv, public PoolObserver {
   }
 
   // PoolObserver
-  void OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result,
-               int64_t latency_ns) override;
+  void OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result, int64_t latency_ns,
+               const ReleaseWait& wait) override;
   void OnWarning(const std::string& message) override;
 
  private:
@@ -172,6 +186,7 @@ class Shim final : public DispatchEnv, public PoolObserver {
   real::Lazy<CUresult (*)(CUdevice, unsigned*, int*)> primary_get_state_;
   real::Lazy<CUresult (*)(CUstream, CUstreamCaptureStatus*)> stream_is_capturing_;
   real::Lazy<CUresult (*)(CUstream)> stream_synchronize_;
+  real::Lazy<CUresult (*)(CUstreamCaptureMode*)> capture_mode_;
   struct sigaction old_action_[NSIG] = {};
   pid_t pid_ = 0;                       // the process that set lazypin up
   const uint32_t* process_mark_ = nullptr;  // nonzero here, zero in a copy (MarkProcess)
@@ -259,7 +274,8 @@ void Shim::Init() {
                   "page checks are off");
       }
     }
-    collector_ = std::make_unique<Collector>(pool_.get(), config_.idle_ms, &RealFree);
+    collector_ = std::make_unique<Collector>(pool_.get(), config_.idle_ms, &RealFree, FreeBounds{},
+                                             &Captures());
     guard_ = std::make_unique<MemoryGuard>(pool_.get(), collector_.get(), &LeftSetUpProcess);
   }
   dispatch_ = std::make_unique<Dispatch>(this, pool_.get(), config_.unregister_wait);
@@ -330,11 +346,12 @@ void Shim::Record(const CallRecord& record) {
   InstallExitHandlerOnce();
 }
 
-void Shim::OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result,
-                   int64_t latency_ns) {
+void Shim::OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result, int64_t latency_ns,
+                   const ReleaseWait& wait) {
   stats_.RecordEvict(latency_ns);
   if (log_) {
-    log_->Write(EvictRecordLine(SinceStart(), ThreadId(), ptr, bytes, reason, result, latency_ns));
+    log_->Write(
+        EvictRecordLine(SinceStart(), ThreadId(), ptr, bytes, reason, result, latency_ns, wait));
   }
 }
 

@@ -42,5 +42,6 @@ const char* EvictReasonName(EvictReason reason);
 constexpr int kCudaSuccess = 0;
 constexpr int kCudaOutOfMemory = 2;
 constexpr int kCudaNotInitialized = 3;
+constexpr int kCudaCaptureUnsupported = 900;  // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
 
 }  // namespace lazypin

@@ -20,24 +20,32 @@
 // kernel is surely running.
 //
 // CLI: stall [--kernel-ms 200] [--delay-ms 20] [--copy-bytes 64K] [--reg-bytes 4M] [--quick]
+//             [--phases baseline,unregister,register,free,idle,evict]
 //   --quick  kernel 20 ms (the simulator returns at once anyway)
+// Prints per phase one line "phase=<name> worst_copy_us=<n> release_us=<n>"
+// (release_us: A's call, 0 in the phases where A makes none; lazypin's own
+// release time is in its log's evict record);
 // Prints per phase: the call's latency, B's worst / median copy, the number of
 // copies, the kernel's measured time (events); then one line
 //   RESULT app=stall kernel_ms=<measured> unreg_us= reg_us= worst_copy_us=
 //          median_copy_us= worst_copy_baseline_us= median_copy_baseline_us=
 //          worst_copy_reg_us= copies= copies_baseline= free_us= worst_copy_free_us=
+// (fields of phases not run are 0).
 #include "common.h"
 
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <sstream>
+#include <string>
 #include <thread>
 #include <vector>
 
 namespace {
 
 const char* kUsage =
-    "usage: stall [--kernel-ms 200] [--delay-ms 20] [--copy-bytes 64K] [--reg-bytes 4M] [--quick]\n";
+    "usage: stall [--kernel-ms 200] [--delay-ms 20] [--copy-bytes 64K] [--reg-bytes 4M] [--quick]\n"
+    "             [--phases baseline,unregister,register,free,idle,evict]\n";
 
 __global__ void spin_kernel(long long cycles, int* out) {
   long long start = clock64();
@@ -69,8 +77,24 @@ void copier(cudaStream_t s, void* dev, void* pinned, size_t bytes, std::atomic<i
 }  // namespace
 
 int main(int argc, char** argv) {
-  tapp::Args args(argc, argv, {"kernel-ms", "delay-ms", "copy-bytes", "reg-bytes"}, {"quick"},
-                  kUsage);
+  tapp::Args args(argc, argv, {"kernel-ms", "delay-ms", "copy-bytes", "reg-bytes", "phases"},
+                  {"quick"}, kUsage);
+  static const char* names[] = {"baseline", "unregister", "register", "free", "idle", "evict"};
+  bool run_phase[6] = {};
+  {
+    std::stringstream list(args.str("phases", "baseline,unregister,register,free,idle,evict"));
+    std::string name;
+    while (std::getline(list, name, ',')) {
+      bool known = false;
+      for (int i = 0; i < 6; ++i) {
+        if (name == names[i]) run_phase[i] = known = true;
+      }
+      if (!known) {
+        std::fprintf(stderr, "stall: unknown phase %s\n%s", name.c_str(), kUsage);
+        return 2;
+      }
+    }
+  }
   const bool quick = args.has("quick");
   const double kernel_ms = args.real("kernel-ms", quick ? 20 : 200);
   const double delay_ms = args.real("delay-ms", quick ? 2 : 20);
@@ -99,6 +123,10 @@ int main(int argc, char** argv) {
   void* reg_a = tapp::alloc_aligned(reg_bytes);
   void* reg_b = tapp::alloc_aligned(reg_bytes);
   void* reg_c = tapp::alloc_aligned(reg_bytes);
+  void* reg_d = tapp::alloc_aligned(reg_bytes);
+  void* reg_e = tapp::alloc_aligned(reg_bytes);
+  std::memset(reg_d, 4, reg_bytes);
+  std::memset(reg_e, 5, reg_bytes);
   std::memset(reg_a, 1, reg_bytes);
   std::memset(reg_b, 2, reg_bytes);
   std::memset(reg_c, 3, reg_bytes);
@@ -109,12 +137,14 @@ int main(int argc, char** argv) {
     CHECK(cudaStreamSynchronize(s_copy));
   }
 
-  auto phase = [&](int which) {  // 0 baseline, 1 unregister, 2 register, 3 free
+  auto phase = [&](int which) {  // 0 baseline, 1 unregister, 2 register, 3 free, 4 idle, 5 evict
     PhaseResult r;
+    if (!run_phase[which]) return r;
     if (which == 1) CHECK(cudaHostRegister(reg_a, reg_bytes, 0));
-    if (which == 3) {
-      CHECK(cudaHostRegister(reg_c, reg_bytes, 0));
-      CHECK(cudaHostUnregister(reg_c));
+    void* pooled = which == 3 ? reg_c : which == 4 ? reg_d : which == 5 ? reg_e : nullptr;
+    if (pooled != nullptr) {
+      CHECK(cudaHostRegister(pooled, reg_bytes, 0));
+      CHECK(cudaHostUnregister(pooled));
     }
     CHECK(cudaDeviceSynchronize());
     std::vector<double> times;
@@ -134,15 +164,18 @@ int main(int argc, char** argv) {
     if (which == 1) CHECK(cudaHostUnregister(reg_a));
     if (which == 2) CHECK(cudaHostRegister(reg_b, reg_bytes, 0));
     if (which == 3) std::free(reg_c);
+    if (which == 5) CHECK(cudaHostRegister(reg_e, reg_bytes / 2, 0));
     r.call_us = tapp::now_us() - t0;
     b.join();
     CHECK(cudaEventSynchronize(k1));
     CHECK(cudaEventElapsedTime(&r.kernel_ms, k0, k1));
     if (which == 2) CHECK(cudaHostUnregister(reg_b));
+    if (which == 5) CHECK(cudaHostUnregister(reg_e));
     r.copies = tapp::stats(times);
-    static const char* names[] = {"baseline", "unregister", "register", "free"};
     std::printf("stall %-10s call=%.1f us  B copies=%zu worst=%.1f us median=%.1f us  kernel=%.1f ms\n",
                 names[which], r.call_us, r.copies.n, r.copies.max, r.copies.median, r.kernel_ms);
+    std::printf("phase=%s worst_copy_us=%.1f release_us=%.1f\n", names[which], r.copies.max,
+                which == 0 || which == 4 ? 0.0 : r.call_us);
     std::fflush(stdout);
     return r;
   };
@@ -151,6 +184,8 @@ int main(int argc, char** argv) {
   PhaseResult unreg = phase(1);
   PhaseResult reg = phase(2);
   PhaseResult freed = phase(3);
+  phase(4);
+  phase(5);
 
   std::printf("RESULT app=stall kernel_ms=%.2f unreg_us=%.2f reg_us=%.2f worst_copy_us=%.2f "
               "median_copy_us=%.2f worst_copy_baseline_us=%.2f median_copy_baseline_us=%.2f "
@@ -169,5 +204,7 @@ int main(int argc, char** argv) {
   CHECK(cudaFree(dev_out));
   std::free(reg_a);
   std::free(reg_b);
+  std::free(reg_d);
+  std::free(reg_e);
   return 0;
 }

@@ -28,7 +28,7 @@ using model::DriverModel;
 
 class ModelDriver final : public PoolDriver {
  public:
-  int Unregister(uintptr_t ptr, Context) override { return model.Unregister(ptr); }
+  int Unregister(uintptr_t ptr, Context, ReleaseWait*) override { return model.Unregister(ptr); }
   bool ReadFrames(uintptr_t, size_t, std::vector<uint64_t>*) override { return false; }
   int64_t NowNs() override { return 0; }
   DriverModel model;

@@ -45,7 +45,7 @@ std::string Hex(const void* p) { return absl::StrFormat("%p", p); }
 
 class FakeDriver final : public PoolDriver {
  public:
-  int Unregister(uintptr_t ptr, Context) override {
+  int Unregister(uintptr_t ptr, Context, ReleaseWait*) override {
     while (g_hold_unregister.load()) {
       g_held = true;
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -61,7 +61,7 @@ class FakeDriver final : public PoolDriver {
 
 class NullObserver final : public PoolObserver {
  public:
-  void OnEvict(uintptr_t, size_t, EvictReason, int, int64_t) override {}
+  void OnEvict(uintptr_t, size_t, EvictReason, int, int64_t, const ReleaseWait&) override {}
   void OnWarning(const std::string&) override {}
 };
 

@@ -28,6 +28,7 @@ class FakeEnv final : public DispatchEnv {
   int64_t NowNs() override { return now += 10; }
   Context CurrentContext() override { return ctx; }
   int CurrentDevice() override { return ctx != nullptr ? 0 : -1; }
+  bool CaptureForbidsDeferral() override { return capture_forbids; }
   void Record(const CallRecord& record) override {
     EXPECT_GT(t_state.inside, 0) << "records are made inside lazypin";
     records.push_back(record);
@@ -41,6 +42,7 @@ class FakeEnv final : public DispatchEnv {
   void SynchronizeStream(void* stream) override { synced.push_back(stream); }
   int64_t now = 0;
   Context ctx = kCtx;
+  bool capture_forbids = false;
   std::vector<CallRecord> records;
   int waits = 0;
   int wait_result = 0;
@@ -51,7 +53,7 @@ class FakeEnv final : public DispatchEnv {
 class ModelPoolDriver final : public PoolDriver {
  public:
   explicit ModelPoolDriver(model::DriverModel* model) : model_(model) {}
-  int Unregister(uintptr_t ptr, Context) override {
+  int Unregister(uintptr_t ptr, Context, ReleaseWait*) override {
     ++unregisters;
     return model_->Unregister(ptr);
   }
@@ -65,7 +67,7 @@ class ModelPoolDriver final : public PoolDriver {
 
 class NullObserver final : public PoolObserver {
  public:
-  void OnEvict(uintptr_t, size_t, EvictReason, int, int64_t) override {}
+  void OnEvict(uintptr_t, size_t, EvictReason, int, int64_t, const ReleaseWait&) override {}
   void OnWarning(const std::string&) override {}
 };
 
@@ -369,6 +371,46 @@ TEST_P(DispatchTest, CopyGuardCost) {
   ASSERT_EQ(DriverUnregister(kOther), 0);
   measure("something deferred elsewhere");
   EXPECT_TRUE(env_.synced.empty());
+}
+
+TEST_P(DispatchTest, UnregisterThatACaptureForbidsGetsTheDriversRefusal) {
+  // Another thread captures in global mode: the driver refuses this thread's
+  // unregister (900) and keeps the registration. Deferred, the program would
+  // see 0; forwarded, it sees the refusal, and the pool keeps the entry in use.
+  ASSERT_EQ(RuntimeRegister(kBuf, kBytes), 0);
+  env_.capture_forbids = true;
+  const ProgramCall unregister{Api::kCudaHostUnregister, Via::kSymbol, reinterpret_cast<void*>(kBuf), 0, 0};
+  const ProgramCall driver_unregister{Api::kCuMemHostUnregister, Via::kGetProc,
+                                      reinterpret_cast<void*>(kBuf), 0, 0};
+  EXPECT_EQ(dispatch_->Runtime(unregister, [&] {
+              return dispatch_->Driver(driver_unregister, [&] {
+                ++driver_calls_;
+                return 900;
+              });
+            }),
+            900);
+  EXPECT_EQ(Last().action, Action::kForward);
+  EXPECT_EQ(Last().result, 900);
+  EXPECT_EQ(driver_calls_, 2) << "the unregister reached the driver";
+  // Once the capture is over, the same unregister is deferred as usual.
+  env_.capture_forbids = false;
+  EXPECT_EQ(RuntimeUnregister(kBuf), 0);
+  EXPECT_EQ(Last().action, Deferring() ? Action::kDeferred : Action::kForward);
+}
+
+TEST_P(DispatchTest, UnregisterThatACaptureForbidsIsForwardedAtTheDriverLevel) {
+  ASSERT_EQ(DriverRegister(kBuf, kBytes, 0), 0);
+  env_.capture_forbids = true;
+  EXPECT_EQ(DriverUnregister(kBuf), 0) << "the driver allowed it: its answer";
+  EXPECT_EQ(Last().action, Action::kForward);
+  EXPECT_EQ(driver_calls_, 2);
+  if (Deferring()) {
+    EXPECT_TRUE(pool_->Empty()) << "nothing pooled: the driver unregistered it";
+  }
+  env_.capture_forbids = false;
+  EXPECT_EQ(DriverRegister(kBuf, kBytes, 0), 0);
+  EXPECT_EQ(Last().action, Deferring() ? Action::kMiss : Action::kForward) << "no stale hit";
+  EXPECT_EQ(driver_calls_, 3);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, DispatchTest, ::testing::Values(false, true),

@@ -575,7 +575,7 @@ class PoolHarness final : private PoolDriver, private PoolObserver {
   }
 
   // PoolDriver: the pool's own unregisters (evictions).
-  int Unregister(uintptr_t ptr, Context ctx) override {
+  int Unregister(uintptr_t ptr, Context ctx, ReleaseWait*) override {
     const Registration* live = program_.Find(ptr);
     Expect(live == nullptr, "the pool evicted 0x%x, which the program still holds", ptr);
     const Registration* d = driver_.Find(ptr);
@@ -591,7 +591,8 @@ class PoolHarness final : private PoolDriver, private PoolObserver {
   int64_t NowNs() override { return now_; }
 
   // PoolObserver.
-  void OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result, int64_t) override {
+  void OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result, int64_t,
+               const ReleaseWait&) override {
     evicted_in_call_ += 1;
     evictions_total_ += 1;
     evictions_[static_cast<int>(reason)] += 1;

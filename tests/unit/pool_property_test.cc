@@ -109,7 +109,7 @@ class ThreadSafeDriver final : public PoolDriver {
     std::lock_guard<std::mutex> lock(mu_);
     return model_.Unregister(ptr);
   }
-  int Unregister(uintptr_t ptr, Context) override {
+  int Unregister(uintptr_t ptr, Context, ReleaseWait*) override {
     std::lock_guard<std::mutex> lock(mu_);
     const int result = model_.Unregister(ptr);
     if (result != 0) eviction_failures_.fetch_add(1);

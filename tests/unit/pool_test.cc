@@ -27,7 +27,7 @@ std::string Hex(uintptr_t p) { return absl::StrFormat("0x%x", p); }
 
 class FakeDriver final : public PoolDriver {
  public:
-  int Unregister(uintptr_t ptr, Context ctx) override {
+  int Unregister(uintptr_t ptr, Context ctx, ReleaseWait*) override {
     log.push_back("evict " + Hex(ptr));
     eviction_ctx.push_back(ctx);
     return model.Unregister(ptr);
@@ -51,7 +51,8 @@ class FakeDriver final : public PoolDriver {
 
 class FakeObserver final : public PoolObserver {
  public:
-  void OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result, int64_t) override {
+  void OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result, int64_t,
+               const ReleaseWait&) override {
     evicts.push_back(absl::StrFormat("%s %s %d", EvictReasonName(reason), Hex(ptr), result));
   }
   void OnWarning(const std::string& message) override { warnings.push_back(message); }
