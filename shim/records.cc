@@ -25,22 +25,28 @@ std::string HeaderRecord(const HeaderInfo& h) {
       JsonString(h.why_effective), h.start_unix_ns, h.driver_version, ConfigJson(shown));
 }
 
-std::string CallRecordLine(int64_t t_ns, int tid, const CallRecord& r) {
-  fmt::memory_buffer line;
-  fmt::format_to(std::back_inserter(line),
+ShortRecord CallRecordLine(int64_t t_ns, int tid, const CallRecord& r) {
+  ShortRecord line;
+  const auto written = fmt::format_to_n(line.data(), ShortRecord::kCapacity,
                  FMT_COMPILE(R"({{"type":"call","t_ns":{},"tid":{},"api":"{}","via":"{}","ptr":"{}",)"
                              R"("bytes":{},"flags":{},"result":{},"latency_ns":{},"action":"{}",)"
                              R"("evicted":{}}})"),
                  t_ns, tid, ApiName(r.call.api), ViaName(r.call.via), r.call.ptr, r.call.bytes,
                  r.call.flags, r.result, r.latency_ns, ActionName(r.action), r.evicted);
-  return std::string(line.data(), line.size());
+  line.set_size(written.size);
+  return line;
 }
 
-std::string EvictRecordLine(int64_t t_ns, int tid, uintptr_t ptr, size_t bytes, EvictReason reason,
+ShortRecord EvictRecordLine(int64_t t_ns, int tid, uintptr_t ptr, size_t bytes, EvictReason reason,
                             int result, int64_t latency_ns) {
-  return fmt::format(
-      R"({{"type":"evict","t_ns":{},"tid":{},"ptr":"{}","bytes":{},"reason":"{}","result":{},"latency_ns":{}}})",
+  ShortRecord line;
+  const auto written = fmt::format_to_n(
+      line.data(), ShortRecord::kCapacity,
+      FMT_COMPILE(R"({{"type":"evict","t_ns":{},"tid":{},"ptr":"{}","bytes":{},"reason":"{}",)"
+                  R"("result":{},"latency_ns":{}}})"),
       t_ns, tid, reinterpret_cast<void*>(ptr), bytes, EvictReasonName(reason), result, latency_ns);
+  line.set_size(written.size);
+  return line;
 }
 
 std::string WarningRecordLine(int64_t t_ns, std::string_view message) {

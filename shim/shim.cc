@@ -15,6 +15,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 #include "collector.h"
@@ -72,7 +74,7 @@ void Publish(const ShimState* state) { __atomic_store_n(&g_state, state, __ATOMI
 
 
 class Shim;
-Shim* g_shim = nullptr;  // set once, before the first state is published
+Shim* g_shim = nullptr;  // set once, before Init() publishes the first state
 
 void ExitHandler();
 void ForkChildHandler();
@@ -86,7 +88,6 @@ class Shim final : public DispatchEnv, public PoolObserver {
   void AtExit();
   void OnSignal(int sig);
   void InForkChild();
-  const ShimState* state() const { return state_; }
 
   // DispatchEnv
   int64_t NowNs() override { return MonotonicNs(); }
@@ -110,7 +111,8 @@ class Shim final : public DispatchEnv, public PoolObserver {
 
  private:
   int64_t SinceStart() const { return MonotonicNs() - start_mono_ns_; }
-  void WriteHeader(Mode requested, Mode effective, const std::string& why);
+  void FinishSetUp();
+  std::string HeaderLine(const std::string& log_path);
   void InstallExitHandlerOnce();
 
   Config config_;
@@ -122,8 +124,13 @@ class Shim final : public DispatchEnv, public PoolObserver {
   std::unique_ptr<Pool> pool_;
   std::unique_ptr<Collector> collector_;
   std::unique_ptr<Dispatch> dispatch_;
+  std::unique_ptr<MemoryGuard> early_guard_;  // until the collector runs
   std::unique_ptr<MemoryGuard> guard_;
+  Mode effective_ = Mode::kOff;
   std::string why_;  // why the effective mode differs from the requested one
+  std::vector<std::string> warnings_;  // the configuration's, for the log's first lines
+  std::thread set_up_;  // runs FinishSetUp
+  bool in_fork_child_ = false;
   const ShimState* state_ = nullptr;
   std::atomic<bool> exit_handler_installed_{false};
   real::Lazy<CUresult (*)(CUcontext*)> ctx_get_current_;
@@ -132,6 +139,10 @@ class Shim final : public DispatchEnv, public PoolObserver {
   struct sigaction old_action_[NSIG] = {};
 };
 
+// The part of set-up that runs inside the program's first call: parse the
+// configuration, build the call path (and the pool), publish it, and start
+// one thread for the rest (FinishSetUp). No file is opened and no other
+// thread started here.
 void Shim::Init() {
   start_mono_ns_ = MonotonicNs();
   start_unix_ns_ = UnixNs();
@@ -139,51 +150,38 @@ void Shim::Init() {
                        static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   ParsedConfig parsed = ParseConfig([](const char* name) { return getenv(name); }, ram, environ);
   config_ = parsed.config;
-  std::vector<std::string> warnings = std::move(parsed.errors);
-  for (const std::string& warning : warnings) fprintf(stderr, "%s\n", warning.c_str());
+  warnings_ = std::move(parsed.errors);
+  for (const std::string& warning : warnings_) fprintf(stderr, "%s\n", warning.c_str());
   if (config_.mode == Mode::kOff) {
     static const ShimState off{Mode::kOff, Mode::kOff, "", nullptr, nullptr};
     state_ = &off;
+    Publish(state_);
     return;
   }
 
+  effective_ = config_.mode;
+  if (effective_ == Mode::kDefer) {
+    std::string failed;
+    if (!MemoryHooksSelfTest(&failed)) {
+      effective_ = Mode::kLog;
+      why_ = fmt::format("the memory hooks' self-test failed ({})", failed);
+      warnings_.push_back(fmt::format("lazypin: LAZYPIN_MODE=defer turned off, logging only: {}", why_));
+      fprintf(stderr, "%s\n", warnings_.back().c_str());
+    }
+  }
   const std::string pattern = config_.log_path.empty()
                                   ? DefaultLogPattern(program_invocation_short_name)
                                   : config_.log_path;
-  std::string error;
-  log_ = Log::Open(ExpandLogPath(pattern, getpid()), &error);
-  if (log_ == nullptr) fprintf(stderr, "%s\n", error.c_str());
-
-  Mode effective = config_.mode;
-  if (effective == Mode::kDefer) {
-    std::string failed;
-    if (!MemoryHooksSelfTest(&failed)) {
-      effective = Mode::kLog;
-      why_ = fmt::format("the memory hooks' self-test failed ({})", failed);
-      warnings.push_back(fmt::format("lazypin: LAZYPIN_MODE=defer turned off, logging only: {}", why_));
-      fprintf(stderr, "%s\n", warnings.back().c_str());
-    }
-  }
-  WriteHeader(config_.mode, effective, why_);
-  for (const std::string& warning : warnings) {
-    if (log_) log_->Write(WarningRecordLine(0, warning));
-  }
-  if (effective == Mode::kDefer) {
+  log_ = Log::Deferred(ExpandLogPath(pattern, getpid()));
+  if (effective_ == Mode::kDefer) {
     PoolLimits limits;
     limits.max_bytes = config_.pool_bytes;
     limits.max_entries = config_.pool_entries;
     limits.check_frames = config_.check_pfn;
     pool_driver_ = MakeCudaPoolDriver();
     pool_ = std::make_unique<Pool>(pool_driver_.get(), this, limits);
-    if (config_.check_pfn) {
-      std::vector<uint64_t> frames;
-      if (!ReadPageFrames(reinterpret_cast<uintptr_t>(&frames), 1, &frames)) {
-        OnWarning("LAZYPIN_CHECK_PFN=1 needs root (CAP_SYS_ADMIN) to read /proc/self/pagemap; "
-                  "page checks are off");
-      }
-    }
-    collector_ = std::make_unique<Collector>(pool_.get(), config_.idle_ms, &RealFree);
-    guard_ = std::make_unique<MemoryGuard>(pool_.get(), collector_.get());
+    // Until the collector runs, a free of pooled memory invalidates on the freeing thread.
+    early_guard_ = std::make_unique<MemoryGuard>(pool_.get(), nullptr);
   }
   dispatch_ = std::make_unique<Dispatch>(this, pool_.get());
   pthread_atfork(nullptr, nullptr, ForkChildHandler);
@@ -199,11 +197,52 @@ void Shim::Init() {
       sigaction(sig, &action, nullptr);
     }
   }
-  state_ = new ShimState{config_.mode, effective, why_.c_str(), dispatch_.get(), guard_.get()};
+  state_ = new ShimState{config_.mode, effective_, why_.c_str(), dispatch_.get(), early_guard_.get()};
+  Publish(state_);
+  try {
+    set_up_ = StartThreadWithSignalsBlocked([this] { FinishSetUp(); });
+  } catch (const std::system_error&) {
+    FinishSetUp();  // no thread to be had: the call pays, the program is not changed
+  }
 }
 
-void Shim::WriteHeader(Mode requested, Mode effective, const std::string& why) {
-  if (!log_) return;
+// The rest of set-up, on lazypin's own thread, while the program goes on:
+// the collector (then the state with its guard is published), the log's
+// writer thread (which creates the file and writes the header first).
+// Records and frees meanwhile go to the log's batch and the early guard.
+void Shim::FinishSetUp() {
+  ScopedInsideLazypin inside;
+  if (pool_ != nullptr) {
+    collector_ = std::make_unique<Collector>(pool_.get(), config_.idle_ms, &RealFree);
+    guard_ = std::make_unique<MemoryGuard>(pool_.get(), collector_.get());
+    // Unless a signal or a fork's child replaced the first state meanwhile.
+    const ShimState* expected = state_;
+    const ShimState* full =
+        new ShimState{config_.mode, effective_, why_.c_str(), dispatch_.get(), guard_.get()};
+    if (__atomic_compare_exchange_n(&g_state, &expected, full, false, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE)) {
+      state_ = full;
+    }
+  }
+  const bool started = log_->Start([this](const std::string& path) {
+    ScopedInsideLazypin inside_writer;
+    std::vector<std::string> lines{HeaderLine(path)};
+    for (const std::string& warning : warnings_) lines.push_back(WarningRecordLine(0, warning));
+    return lines;
+  });
+  if (!started) {
+    fprintf(stderr, "lazypin: cannot start the log's writer thread; not writing a log file\n");
+  }
+  if (pool_ != nullptr && config_.check_pfn) {
+    std::vector<uint64_t> frames;
+    if (!ReadPageFrames(reinterpret_cast<uintptr_t>(&frames), 1, &frames)) {
+      OnWarning("LAZYPIN_CHECK_PFN=1 needs root (CAP_SYS_ADMIN) to read /proc/self/pagemap; "
+                "page checks are off");
+    }
+  }
+}
+
+std::string Shim::HeaderLine(const std::string& log_path) {
   HeaderInfo info;
   info.version = kVersion;
   info.pid = getpid();
@@ -211,17 +250,17 @@ void Shim::WriteHeader(Mode requested, Mode effective, const std::string& why) {
   const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   info.exe.assign(exe, n > 0 ? static_cast<size_t>(n) : 0);
   info.cmdline = ReadSmallFile("/proc/self/cmdline");
-  info.requested = requested;
-  info.effective = effective;
-  info.why_effective = why;
+  info.requested = config_.mode;
+  info.effective = effective_;
+  info.why_effective = why_;
   info.start_unix_ns = start_unix_ns_;
   info.driver_version = 0;
   if (auto get_version = driver_get_version_.Get(&real::Driver, "cuDriverGetVersion")) {
     if (get_version(&info.driver_version) != CUDA_SUCCESS) info.driver_version = 0;
   }
   info.config = &config_;
-  info.log_path = log_->path();
-  log_->Write(HeaderRecord(info));
+  info.log_path = log_path;
+  return HeaderRecord(info);
 }
 
 void Shim::InstallExitHandlerOnce() {
@@ -237,7 +276,7 @@ void Shim::InstallExitHandlerOnce() {
 void Shim::Record(const CallRecord& record) {
   stats_.RecordCall(record.call.api, record.call.bytes, record.result, record.latency_ns,
                     record.action);
-  if (log_) log_->Write(CallRecordLine(SinceStart(), ThreadId(), record));
+  if (log_) log_->Write(CallRecordLine(SinceStart(), ThreadId(), record).view());
   InstallExitHandlerOnce();
 }
 
@@ -245,7 +284,8 @@ void Shim::OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result,
                    int64_t latency_ns) {
   stats_.RecordEvict(latency_ns);
   if (log_) {
-    log_->Write(EvictRecordLine(SinceStart(), ThreadId(), ptr, bytes, reason, result, latency_ns));
+    log_->Write(
+        EvictRecordLine(SinceStart(), ThreadId(), ptr, bytes, reason, result, latency_ns).view());
   }
 }
 
@@ -256,11 +296,13 @@ void Shim::OnWarning(const std::string& message) {
 
 void Shim::AtExit() {
   static std::atomic<bool> done{false};
-  if (done.exchange(true)) return;
+  // A fork's child has none of lazypin's threads, and the log is the parent's.
+  if (in_fork_child_ || done.exchange(true)) return;
   ScopedInsideLazypin inside;
+  if (set_up_.joinable()) set_up_.join();
   // From here on a free of pooled memory invalidates on the freeing thread:
   // the collector stops.
-  if (guard_) {
+  if (pool_) {
     static const MemoryGuard exit_guard(pool_.get(), nullptr);
     Publish(new ShimState{state_->requested, state_->effective, state_->why, dispatch_.get(),
                           &exit_guard});
@@ -271,10 +313,13 @@ void Shim::AtExit() {
   std::string log_note;
   if (log_) {
     log_->Close(stats_.SummaryJson(counters, SinceStart(), "exit"));
+    // No file: the writer said why on stderr when it could not create it.
     const std::string failure = log_->failure();
-    log_note = failure.empty()
-                   ? fmt::format("lazypin: log: {}\n", log_->path())
-                   : fmt::format("lazypin: log {} is incomplete: {}\n", log_->path(), failure);
+    if (log_->has_file()) {
+      log_note = failure.empty()
+                     ? fmt::format("lazypin: log: {}\n", log_->path())
+                     : fmt::format("lazypin: log {} is incomplete: {}\n", log_->path(), failure);
+    }
   }
   if (config_.summary) {
     const std::string text = stats_.SummaryText(counters, pool_ != nullptr) + log_note;
@@ -308,6 +353,7 @@ void Shim::OnSignal(int sig) {
 void Shim::InForkChild() {
   // The child has one thread and none of ours: forget the pool without a
   // driver call or a lock, leave the parent's log alone, pass everything through.
+  in_fork_child_ = true;
   if (pool_) pool_->AbandonAfterFork();
   static const ShimState child{Mode::kOff, Mode::kOff, "a fork's child", nullptr, nullptr};
   Publish(&child);
@@ -340,10 +386,8 @@ const ShimState* ActiveState() {
   if (PublishedState() == nullptr) {
     std::call_once(once, [] {
       ScopedInsideLazypin inside;
-      auto* shim = new Shim();  // never destroyed: hooks may run until the very end
-      shim->Init();
-      g_shim = shim;
-      Publish(shim->state());
+      g_shim = new Shim();  // never destroyed: hooks may run until the very end
+      g_shim->Init();       // publishes the state
     });
   }
   return PublishedState();
