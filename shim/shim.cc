@@ -15,8 +15,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <system_error>
-#include <thread>
 #include <vector>
 
 #include "collector.h"
@@ -111,7 +109,6 @@ class Shim final : public DispatchEnv, public PoolObserver {
 
  private:
   int64_t SinceStart() const { return MonotonicNs() - start_mono_ns_; }
-  void FinishSetUp();
   std::string HeaderLine(const std::string& log_path);
   void InstallExitHandlerOnce();
 
@@ -124,12 +121,10 @@ class Shim final : public DispatchEnv, public PoolObserver {
   std::unique_ptr<Pool> pool_;
   std::unique_ptr<Collector> collector_;
   std::unique_ptr<Dispatch> dispatch_;
-  std::unique_ptr<MemoryGuard> early_guard_;  // until the collector runs
   std::unique_ptr<MemoryGuard> guard_;
   Mode effective_ = Mode::kOff;
   std::string why_;  // why the effective mode differs from the requested one
   std::vector<std::string> warnings_;  // the configuration's, for the log's first lines
-  std::thread set_up_;  // runs FinishSetUp
   bool in_fork_child_ = false;
   const ShimState* state_ = nullptr;
   std::atomic<bool> exit_handler_installed_{false};
@@ -139,10 +134,10 @@ class Shim final : public DispatchEnv, public PoolObserver {
   struct sigaction old_action_[NSIG] = {};
 };
 
-// The part of set-up that runs inside the program's first call: parse the
-// configuration, build the call path (and the pool), publish it, and start
-// one thread for the rest (FinishSetUp). No file is opened and no other
-// thread started here.
+// Set-up, inside the program's first call: parse the configuration, build the
+// call path (and, deferring, the pool and its collector thread), publish it,
+// and start the log's writer thread, which creates the file and writes the
+// header while the program goes on (records are kept in memory until then).
 void Shim::Init() {
   start_mono_ns_ = MonotonicNs();
   start_unix_ns_ = UnixNs();
@@ -180,8 +175,10 @@ void Shim::Init() {
     limits.check_frames = config_.check_pfn;
     pool_driver_ = MakeCudaPoolDriver();
     pool_ = std::make_unique<Pool>(pool_driver_.get(), this, limits);
-    // Until the collector runs, a free of pooled memory invalidates on the freeing thread.
-    early_guard_ = std::make_unique<MemoryGuard>(pool_.get(), nullptr);
+    // Before anything is pooled: a free of pooled memory from a signal handler
+    // that interrupted the driver must never unregister on its own thread.
+    collector_ = std::make_unique<Collector>(pool_.get(), config_.idle_ms, &RealFree);
+    guard_ = std::make_unique<MemoryGuard>(pool_.get(), collector_.get());
   }
   dispatch_ = std::make_unique<Dispatch>(this, pool_.get());
   pthread_atfork(nullptr, nullptr, ForkChildHandler);
@@ -197,33 +194,8 @@ void Shim::Init() {
       sigaction(sig, &action, nullptr);
     }
   }
-  state_ = new ShimState{config_.mode, effective_, why_.c_str(), dispatch_.get(), early_guard_.get()};
+  state_ = new ShimState{config_.mode, effective_, why_.c_str(), dispatch_.get(), guard_.get()};
   Publish(state_);
-  try {
-    set_up_ = StartThreadWithSignalsBlocked([this] { FinishSetUp(); });
-  } catch (const std::system_error&) {
-    FinishSetUp();  // no thread to be had: the call pays, the program is not changed
-  }
-}
-
-// The rest of set-up, on lazypin's own thread, while the program goes on:
-// the collector (then the state with its guard is published), the log's
-// writer thread (which creates the file and writes the header first).
-// Records and frees meanwhile go to the log's batch and the early guard.
-void Shim::FinishSetUp() {
-  ScopedInsideLazypin inside;
-  if (pool_ != nullptr) {
-    collector_ = std::make_unique<Collector>(pool_.get(), config_.idle_ms, &RealFree);
-    guard_ = std::make_unique<MemoryGuard>(pool_.get(), collector_.get());
-    // Unless a signal or a fork's child replaced the first state meanwhile.
-    const ShimState* expected = state_;
-    const ShimState* full =
-        new ShimState{config_.mode, effective_, why_.c_str(), dispatch_.get(), guard_.get()};
-    if (__atomic_compare_exchange_n(&g_state, &expected, full, false, __ATOMIC_ACQ_REL,
-                                    __ATOMIC_ACQUIRE)) {
-      state_ = full;
-    }
-  }
   const bool started = log_->Start([this](const std::string& path) {
     ScopedInsideLazypin inside_writer;
     std::vector<std::string> lines{HeaderLine(path)};
@@ -299,7 +271,6 @@ void Shim::AtExit() {
   // A fork's child has none of lazypin's threads, and the log is the parent's.
   if (in_fork_child_ || done.exchange(true)) return;
   ScopedInsideLazypin inside;
-  if (set_up_.joinable()) set_up_.join();
   // From here on a free of pooled memory invalidates on the freeing thread:
   // the collector stops.
   if (pool_) {
