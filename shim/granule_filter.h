@@ -7,9 +7,12 @@
 // granules, so that pooling a huge buffer costs a few updates, not thousands.
 #pragma once
 
+#include <sys/mman.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 namespace lazypin {
 
@@ -29,19 +32,18 @@ class GranuleFilter {
   // False only if no range added (and not removed) overlaps [lo, hi).
   bool MaybeOverlaps(uintptr_t lo, uintptr_t hi) const {
     if (hi <= lo) return false;
-    return Scan(fine_, kGranuleShift, lo, hi) ||
-           (coarse_used_.load(std::memory_order_relaxed) != 0 && Scan(coarse_, kCoarseShift, lo, hi));
+    return Scan(fine_.get(), kGranuleShift, lo, hi) ||
+           (coarse_used_.load(std::memory_order_relaxed) != 0 &&
+            Scan(coarse_.get(), kCoarseShift, lo, hi));
   }
 
  private:
   static size_t Slot(uintptr_t granule) {
     return static_cast<size_t>((granule * 0x9E3779B97F4A7C15ull) >> (64 - kSlotBits));
   }
-  using Table = std::atomic<uint32_t>[kSlots];
-
-  static bool Scan(const Table& table, int shift, uintptr_t lo, uintptr_t hi) {
+  static bool Scan(const std::atomic<uint32_t>* table, int shift, uintptr_t lo, uintptr_t hi) {
     const uintptr_t first = lo >> shift, last = (hi - 1) >> shift;
-    if (last - first >= kMaxScan) return true;
+    if (table == nullptr || last - first >= kMaxScan) return true;
     for (uintptr_t g = first; g <= last; ++g) {
       if (table[Slot(g)].load(std::memory_order_relaxed) != 0) return true;
     }
@@ -51,7 +53,8 @@ class GranuleFilter {
     if (hi <= lo) return;
     const bool coarse = hi - lo >= kCoarseFrom;
     const int shift = coarse ? kCoarseShift : kGranuleShift;
-    Table& table = coarse ? coarse_ : fine_;
+    std::atomic<uint32_t>* table = coarse ? coarse_.get() : fine_.get();
+    if (table == nullptr) return;
     if (coarse) coarse_used_.fetch_add(delta, std::memory_order_relaxed);
     // A huge range may wrap the table several times; every slot it touches counts.
     for (uintptr_t g = lo >> shift; g <= (hi - 1) >> shift; ++g) {
@@ -59,8 +62,20 @@ class GranuleFilter {
     }
   }
 
-  Table fine_ = {};
-  Table coarse_ = {};
+  // Each table is its own anonymous mapping (256 KiB of zeros that nothing
+  // writes up front), so a new filter costs no page faults: it is made inside
+  // the program's first call. Null only if the mapping failed: then every
+  // range "maybe" overlaps.
+  static constexpr size_t kTableBytes = kSlots * sizeof(std::atomic<uint32_t>);
+  struct Free {
+    void operator()(std::atomic<uint32_t>* table) const { munmap(table, kTableBytes); }
+  };
+  static std::atomic<uint32_t>* Zeroed() {
+    void* table = mmap(nullptr, kTableBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return table == MAP_FAILED ? nullptr : static_cast<std::atomic<uint32_t>*>(table);
+  }
+  std::unique_ptr<std::atomic<uint32_t>[], Free> fine_{Zeroed()};
+  std::unique_ptr<std::atomic<uint32_t>[], Free> coarse_{Zeroed()};
   std::atomic<uint32_t> coarse_used_{0};
 };
 

@@ -17,13 +17,10 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <system_error>
 
 #include "fmt/format.h"
 #include "json.h"
-#include "spdlog/async.h"
-#include "spdlog/async_logger.h"
-#include "spdlog/details/null_mutex.h"
-#include "spdlog/sinks/base_sink.h"
 #include "thread_state.h"
 
 #if __has_include(<linux/openat2.h>)
@@ -66,30 +63,6 @@ bool WriteAll(int fd, const char* data, size_t size, std::atomic<uint64_t>* offs
 }
 
 }  // namespace
-
-// The one sink: each record straight to the file descriptor, unbuffered, so
-// that whatever the writer thread has dequeued is on disk if the process dies.
-class FdSink final : public spdlog::sinks::base_sink<spdlog::details::null_mutex> {
- public:
-  explicit FdSink(Log* log) : log_(log) {}
-
- protected:
-  void sink_it_(const spdlog::details::log_msg& msg) override {
-    if (log_->failed_errno_.load(std::memory_order_relaxed) == 0) {
-      line_.assign(msg.payload.data(), msg.payload.size());
-      line_.push_back('\n');
-      if (!WriteAll(log_->fd_, line_.data(), line_.size(), &log_->offset_, log_->size_limit_)) {
-        log_->failed_errno_.store(errno == 0 ? EIO : errno, std::memory_order_relaxed);
-      }
-    }
-    log_->written_.fetch_add(1, std::memory_order_release);
-  }
-  void flush_() override {}
-
- private:
-  Log* const log_;
-  std::string line_;
-};
 
 std::string LogNamePart(std::string_view text) {
   if (text.empty()) return "unknown";
@@ -294,41 +267,85 @@ std::unique_ptr<Log> Log::Open(const std::string& path, std::string* error) {
     return nullptr;
   }
   if (!file.message.empty()) fprintf(stderr, "%s\n", file.message.c_str());
-  return std::unique_ptr<Log>(new Log(file.fd, std::move(file.path)));
+  std::unique_ptr<Log> log(new Log(path));
+  log->Adopt(file.fd, std::move(file.path));
+  log->file_state_.store(kWriting, std::memory_order_release);
+  if (!log->StartWriter(nullptr)) {
+    *error = "lazypin: cannot start the log's writer thread; not writing a log file";
+    return nullptr;  // the descriptor stays open: harmless, and never written
+  }
+  return log;
 }
 
-Log::Log(int fd, std::string path) : fd_(fd), path_(std::move(path)) {
+std::unique_ptr<Log> Log::Deferred(std::string path) {
+  return std::unique_ptr<Log>(new Log(std::move(path)));
+}
+
+bool Log::Start(Preamble preamble) {
+  if (StartWriter(std::move(preamble))) return true;
+  GiveUp();
+  return false;
+}
+
+bool Log::StartWriter(Preamble preamble) {
+  try {
+    writer_ = StartThreadWithSignalsBlocked(
+        [this, preamble = std::move(preamble)]() mutable { RunWriter(std::move(preamble)); });
+    return true;
+  } catch (const std::system_error&) {
+    return false;
+  }
+}
+
+void Log::Adopt(int fd, std::string path) {
   struct rlimit limit;
   if (getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
     size_limit_ = limit.rlim_cur;
   }
-  // The writer thread must never run the program's signal handlers, and must
-  // not be killed by SIGXFSZ when the file hits RLIMIT_FSIZE (write fails instead).
-  pool_ = std::make_shared<spdlog::details::thread_pool>(8192, 1, [] {
-    sigset_t all;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, nullptr);
-  });
-  auto sink = std::make_shared<FdSink>(this);
-  sink->set_pattern("%v");
-  logger_ = std::make_shared<spdlog::async_logger>("lazypin", std::move(sink), pool_,
-                                                   spdlog::async_overflow_policy::block);
-  logger_->set_level(spdlog::level::info);
-  flusher_ = StartThreadWithSignalsBlocked([this] {
-    std::unique_lock<std::mutex> lock(flusher_mu_);
-    while (!flusher_wake_.wait_for(lock, std::chrono::milliseconds(10),
-                                   [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stop_flusher_; })) {
-      lock.unlock();
-      Flush();
-      lock.lock();
+  fd_ = fd;
+  path_ = std::move(path);
+}
+
+void Log::GiveUp() {
+  std::lock_guard<std::mutex> lock(batch_mu_);
+  file_state_.store(kGaveUp, std::memory_order_release);
+  std::string().swap(batch_);
+}
+
+void Log::RunWriter(Preamble preamble) {
+  if (file_state_.load(std::memory_order_acquire) == kCreating) {
+    CreatedLogFile file = CreateLogFile(path_);
+    if (!file.message.empty()) fprintf(stderr, "%s\n", file.message.c_str());
+    if (file.fd < 0) {
+      GiveUp();
+      return;
     }
-  });
+    Adopt(file.fd, std::move(file.path));
+    // The preamble goes first: nothing else writes before kWriting.
+    if (preamble) {
+      for (const std::string& line : preamble(path_)) {
+        if (!WriteLine(line)) break;
+      }
+    }
+    file_state_.store(kWriting, std::memory_order_release);
+  }
+  std::unique_lock<std::mutex> lock(writer_mu_);
+  while (!writer_wake_.wait_for(lock, std::chrono::milliseconds(10),
+                                [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stop_writer_; })) {
+    lock.unlock();
+    Flush();
+    lock.lock();
+  }
 }
 
 void Log::Write(std::string_view line) {
   if (closed_.load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> lock(batch_mu_);
-  if (closed_.load(std::memory_order_relaxed)) return;  // Close() took the lock first
+  // Close() took the lock first, or the file could not be created.
+  if (closed_.load(std::memory_order_relaxed) ||
+      file_state_.load(std::memory_order_relaxed) == kGaveUp) {
+    return;
+  }
   if (batch_.capacity() == 0) batch_.reserve(1 << 16);
   batch_.append(line.data(), line.size());
   batch_.push_back('\n');
@@ -341,34 +358,39 @@ void Log::Flush() {
     if (batch_.empty()) return;
     chunk.reserve(1 << 16);
     chunk.swap(batch_);
+    queued_.fetch_add(1, std::memory_order_relaxed);
   }
-  chunk.pop_back();  // the sink ends every message with a newline
-  queued_.fetch_add(1, std::memory_order_relaxed);
-  logger_->info(spdlog::string_view_t(chunk.data(), chunk.size()));
+  if (failed_errno_.load(std::memory_order_relaxed) == 0 &&
+      !WriteAll(fd_, chunk.data(), chunk.size(), &offset_, size_limit_)) {
+    failed_errno_.store(errno == 0 ? EIO : errno, std::memory_order_relaxed);
+  }
+  written_.fetch_add(1, std::memory_order_release);
 }
 
 void Log::Close(std::string_view last_line) {
-  // Drain, but keep the writer objects alive: other threads may still be in
-  // Write() while the process exits, and the thread dies with the process.
+  // Drain, but keep the object alive: other threads may still be in Write()
+  // while the process exits.
   {
     // Under the batch's lock, so that no other thread's record follows the last line.
     std::lock_guard<std::mutex> lock(batch_mu_);
     if (closed_.exchange(true)) return;
-    batch_.append(last_line.data(), last_line.size());
-    if (!last_line.empty()) batch_.push_back('\n');
+    if (file_state_.load(std::memory_order_relaxed) != kGaveUp) {
+      batch_.append(last_line.data(), last_line.size());
+      if (!last_line.empty()) batch_.push_back('\n');
+    }
   }
   {
-    std::lock_guard<std::mutex> lock(flusher_mu_);
-    stop_flusher_ = true;
+    std::lock_guard<std::mutex> lock(writer_mu_);
+    stop_writer_ = true;
   }
-  flusher_wake_.notify_all();
-  if (flusher_.joinable()) flusher_.join();
-  Flush();
-  WaitDrained(5000);
+  writer_wake_.notify_all();
+  if (writer_.joinable()) writer_.join();  // the file exists (or never will) after this
+  if (file_state_.load(std::memory_order_acquire) == kWriting) Flush();
 }
 
 void Log::DrainFromSignal(int timeout_ms) {
   WaitDrained(timeout_ms);
+  if (file_state_.load(std::memory_order_acquire) != kWriting) return;
   // Only if no thread was interrupted while adding to the batch.
   if (batch_mu_.try_lock()) {
     if (!batch_.empty()) {
@@ -382,19 +404,30 @@ void Log::DrainFromSignal(int timeout_ms) {
 
 void Log::WaitDrained(int timeout_ms) const {
   for (int i = 0; i < timeout_ms; ++i) {
-    if (written_.load(std::memory_order_acquire) >= queued_.load(std::memory_order_relaxed)) return;
+    if (file_state_.load(std::memory_order_acquire) != kCreating &&
+        written_.load(std::memory_order_acquire) >= queued_.load(std::memory_order_relaxed)) {
+      return;
+    }
     struct timespec ms = {0, 1000000};
     nanosleep(&ms, nullptr);
   }
 }
 
-void Log::WriteDirect(std::string_view line) {
-  if (failed_errno_.load(std::memory_order_relaxed) != 0) return;
+bool Log::WriteLine(std::string_view line) {
+  if (failed_errno_.load(std::memory_order_relaxed) != 0) return false;
   if (!WriteAll(fd_, line.data(), line.size(), &offset_, size_limit_) ||
       !WriteAll(fd_, "\n", 1, &offset_, size_limit_)) {
     failed_errno_.store(errno == 0 ? EIO : errno, std::memory_order_relaxed);
+    return false;
   }
+  return true;
 }
+
+void Log::WriteDirect(std::string_view line) {
+  if (file_state_.load(std::memory_order_acquire) == kWriting) WriteLine(line);
+}
+
+bool Log::has_file() const { return file_state_.load(std::memory_order_acquire) == kWriting; }
 
 std::string Log::failure() const {
   const int e = failed_errno_.load(std::memory_order_relaxed);

@@ -1,11 +1,11 @@
-// log: the JSON Lines file (docs/log-format.md), written by an spdlog
-// asynchronous logger. A calling thread only appends its record to a batch
-// under a short lock (no allocation in the common case, no wake-up of another
-// thread); a flusher thread hands the batch to the spdlog logger every 10 ms,
-// whose writer thread writes it. Owns: creating the file safely (no link
-// followed, nothing existing ever opened, no open that can block), the log's
-// default name, those threads, draining at exit and on signals, and giving up
-// cleanly (one message) when the file cannot be written.
+// log: the JSON Lines file (docs/log-format.md). A calling thread only
+// appends its record to a batch under a short lock (no allocation in the
+// common case, no wake-up of another thread); one writer thread of lazypin's
+// writes the batch to the file every 10 ms. Owns: creating the file safely
+// (no link followed, nothing existing ever opened, no open that can block),
+// the log's default name, the writer thread, draining at exit and on
+// signals, and giving up cleanly (one message) when the file cannot be
+// created or written.
 #pragma once
 
 #include <atomic>
@@ -16,14 +16,11 @@
 
 #include <condition_variable>
 #include <mutex>
+#include <functional>
 #include <string_view>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
-
-namespace spdlog {
-class async_logger;
-namespace details { class thread_pool; }
-}  // namespace spdlog
 
 namespace lazypin {
 
@@ -73,49 +70,72 @@ CreatedLogFile CreateLogFile(const std::string& path,
 
 class Log {
  public:
-  // Creates a new log file at `path` (CreateLogFile's policy). On failure
-  // returns null and sets `error` to one line saying why. When the name was
-  // taken, the log goes to a suffixed name (path() says which) and one line
-  // on stderr says so.
+  // Creates a new log file at `path` (CreateLogFile's policy) and starts the
+  // writer. On failure returns null and sets `error` to one line saying why.
+  // When the name was taken, the log goes to a suffixed name (path() says
+  // which) and one line on stderr says so.
   static std::unique_ptr<Log> Open(const std::string& path, std::string* error);
+
+  // A log whose file is created later, by Start(): no file, no thread yet.
+  // Records written meanwhile are kept in memory.
+  static std::unique_ptr<Log> Deferred(std::string path);
+  // The lines a log starts with (the header, warnings), made by the writer
+  // thread once the file exists; `path` is the name it was created under.
+  using Preamble = std::function<std::vector<std::string>(const std::string& path)>;
+  // For a Deferred() log, once: starts the writer thread, which creates the
+  // file (Open's policy, its messages on stderr), writes `preamble`'s lines,
+  // then the records written so far and from then on. When the file cannot
+  // be created, records are dropped. False when no thread could be started
+  // (then records are dropped too).
+  bool Start(Preamble preamble);
 
   // Adds one record (no newline) to the batch.
   void Write(std::string_view line);
-  // Adds `last_line` (if any) as the last record, writes everything, and
-  // drops any later Write(). Idempotent.
+  // Waits for the file's creation, adds `last_line` (if any) as the last
+  // record, writes everything, and drops any later Write(). Idempotent.
   void Close(std::string_view last_line = {});
-  // From a signal handler: waits up to `timeout_ms` for the writer to catch
-  // up, then writes the batch directly if no thread is adding to it.
+  // From a signal handler: waits up to `timeout_ms` for the file to exist and
+  // the writer to catch up, then writes the batch directly if no thread is
+  // adding to it.
   void DrainFromSignal(int timeout_ms);
-  // Writes one line directly, bypassing the queue (signal handlers, after Close).
+  // Writes one line directly, bypassing the batch (signal handlers, after
+  // Close); dropped while the file does not exist.
   void WriteDirect(std::string_view line);
 
   // Set once a write failed (disk full, file size limit): the error, else empty.
   std::string failure() const;
+  // Whether the file exists and is being written (false while the writer is
+  // still creating it, and for good once that failed).
+  bool has_file() const;
+  // The file's name: valid once created (after Open, or after Close).
   const std::string& path() const { return path_; }
 
  private:
-  Log(int fd, std::string path);
-  friend class FdSink;
-  void Flush();  // hands the batch to the spdlog logger
+  enum FileState : int { kCreating, kWriting, kGaveUp };
+  explicit Log(std::string path) : path_(std::move(path)) {}
+  bool StartWriter(Preamble preamble);  // false: no thread
+  void Adopt(int fd, std::string path);  // the created file (the caller then sets kWriting)
+  void GiveUp();                         // no file: kGaveUp, the batch dropped
+  void RunWriter(Preamble preamble);     // the writer thread's body
+  void Flush();                          // writes the batch
+  bool WriteLine(std::string_view data); // `data` and a newline, to the file
   void WaitDrained(int timeout_ms) const;
 
-  const int fd_;
-  const std::string path_;
-  std::atomic<uint64_t> queued_{0};
-  std::atomic<uint64_t> written_{0};
+  int fd_ = -1;  // set once, before file_state_ becomes kWriting
+  std::string path_;
+  std::atomic<int> file_state_{kCreating};
+  std::atomic<uint64_t> queued_{0};   // batches taken by Flush
+  std::atomic<uint64_t> written_{0};  // batches Flush finished writing
   std::atomic<int> failed_errno_{0};
   std::atomic<uint64_t> offset_{0};
   uint64_t size_limit_ = ~uint64_t{0};
   std::atomic<bool> closed_{false};
-  std::shared_ptr<spdlog::details::thread_pool> pool_;
-  std::shared_ptr<spdlog::async_logger> logger_;
   std::mutex batch_mu_;
   std::string batch_ ABSL_GUARDED_BY(batch_mu_);
-  std::mutex flusher_mu_;
-  std::condition_variable flusher_wake_;
-  bool stop_flusher_ ABSL_GUARDED_BY(flusher_mu_) = false;
-  std::thread flusher_;
+  std::mutex writer_mu_;
+  std::condition_variable writer_wake_;
+  bool stop_writer_ ABSL_GUARDED_BY(writer_mu_) = false;
+  std::thread writer_;
 };
 
 }  // namespace lazypin

@@ -31,8 +31,23 @@ struct HeaderInfo {
 };
 std::string HeaderRecord(const HeaderInfo& info);
 
-std::string CallRecordLine(int64_t t_ns, int tid, const CallRecord& record);
-std::string EvictRecordLine(int64_t t_ns, int tid, uintptr_t ptr, size_t bytes, EvictReason reason,
+// A call or evict record, formatted into a buffer that lives on the caller's
+// stack: the per-call path allocates nothing. Both records fit (every field
+// has a bounded width); longer text would be cut, never overrun.
+class ShortRecord {
+ public:
+  static constexpr size_t kCapacity = 480;
+  std::string_view view() const { return std::string_view(data_, size_); }
+  char* data() { return data_; }
+  void set_size(size_t size) { size_ = size < kCapacity ? size : kCapacity; }
+
+ private:
+  char data_[kCapacity];
+  size_t size_ = 0;
+};
+
+ShortRecord CallRecordLine(int64_t t_ns, int tid, const CallRecord& record);
+ShortRecord EvictRecordLine(int64_t t_ns, int tid, uintptr_t ptr, size_t bytes, EvictReason reason,
                             int result, int64_t latency_ns, const ReleaseWait& wait);
 std::string WarningRecordLine(int64_t t_ns, std::string_view message);
 

@@ -75,7 +75,7 @@ void Publish(const ShimState* state) { __atomic_store_n(&g_state, state, __ATOMI
 
 
 class Shim;
-Shim* g_shim = nullptr;  // set once, before the first state is published
+Shim* g_shim = nullptr;  // set once, before Init() publishes the first state
 
 void ExitHandler();
 void ForkPrepareHandler();
@@ -158,7 +158,7 @@ class Shim final : public DispatchEnv, public PoolObserver {
 
  private:
   int64_t SinceStart() const { return MonotonicNs() - start_mono_ns_; }
-  void WriteHeader(Mode requested, Mode effective, const std::string& why);
+  std::string HeaderLine(const std::string& log_path);
   // Opens the kernel watch as LAZYPIN_WATCH asks; false when it is required and cannot be had.
   bool OpenWatch();
   void InstallExitHandlerOnce();
@@ -176,7 +176,9 @@ class Shim final : public DispatchEnv, public PoolObserver {
   std::unique_ptr<Collector> collector_;
   std::unique_ptr<Dispatch> dispatch_;
   std::unique_ptr<MemoryGuard> guard_;
+  Mode effective_ = Mode::kOff;
   std::string why_;  // why the effective mode differs from the requested one
+  std::vector<std::string> warnings_;  // the configuration's, for the log's first lines
   const ShimState* state_ = nullptr;
   std::atomic<bool> exit_handler_installed_{false};
   real::Lazy<CUresult (*)(CUcontext*)> ctx_get_current_;
@@ -212,6 +214,10 @@ void Shim::MarkProcess() {
   process_mark_ = static_cast<const uint32_t*>(page);
 }
 
+// Set-up, inside the program's first call: parse the configuration, build the
+// call path (and, deferring, the pool and its collector thread), publish it,
+// and start the log's writer thread, which creates the file and writes the
+// header while the program goes on (records are kept in memory until then).
 void Shim::Init() {
   MarkProcess();
   start_mono_ns_ = MonotonicNs();
@@ -220,23 +226,17 @@ void Shim::Init() {
                        static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   ParsedConfig parsed = ParseConfig([](const char* name) { return getenv(name); }, ram, environ);
   config_ = parsed.config;
-  std::vector<std::string> warnings = std::move(parsed.errors);
-  for (const std::string& warning : warnings) fprintf(stderr, "%s\n", warning.c_str());
+  warnings_ = std::move(parsed.errors);
+  for (const std::string& warning : warnings_) fprintf(stderr, "%s\n", warning.c_str());
   if (config_.mode == Mode::kOff) {
     static const ShimState off{Mode::kOff, Mode::kOff, "", nullptr, nullptr};
     state_ = &off;
+    Publish(state_);
     return;
   }
 
-  const std::string pattern = config_.log_path.empty()
-                                  ? DefaultLogPattern(program_invocation_short_name)
-                                  : config_.log_path;
-  std::string error;
-  log_ = Log::Open(ExpandLogPath(pattern, getpid()), &error);
-  if (log_ == nullptr) fprintf(stderr, "%s\n", error.c_str());
-
-  Mode effective = config_.mode;
-  if (effective == Mode::kDefer) {
+  effective_ = config_.mode;
+  if (effective_ == Mode::kDefer) {
     std::string failed;
     if (!MemoryHooksSelfTest(&failed)) {
       why_ = fmt::format("the memory hooks' self-test failed ({})", failed);
@@ -245,35 +245,28 @@ void Shim::Init() {
                          watch_reason_);
     }
     if (!why_.empty()) {
-      effective = Mode::kLog;
-      warnings.push_back(fmt::format("lazypin: LAZYPIN_MODE=defer turned off, logging only: {}", why_));
-      fprintf(stderr, "%s\n", warnings.back().c_str());
+      effective_ = Mode::kLog;
+      warnings_.push_back(fmt::format("lazypin: LAZYPIN_MODE=defer turned off, logging only: {}", why_));
+      fprintf(stderr, "%s\n", warnings_.back().c_str());
     } else if (!watch_reason_.empty() && config_.watch == WatchMode::kAuto) {
-      warnings.push_back(fmt::format(
+      warnings_.push_back(fmt::format(
           "lazypin: the kernel watch is not available ({}); deferring with the hooks alone, which "
           "miss raw system calls and glibc's own unmaps (LAZYPIN_WATCH=hooks says so quietly)",
           watch_reason_));
-      fprintf(stderr, "%s\n", warnings.back().c_str());
+      fprintf(stderr, "%s\n", warnings_.back().c_str());
     }
   }
-  WriteHeader(config_.mode, effective, why_);
-  for (const std::string& warning : warnings) {
-    if (log_) log_->Write(WarningRecordLine(0, warning));
-  }
-  if (effective == Mode::kDefer) {
+  const std::string pattern = config_.log_path.empty()
+                                  ? DefaultLogPattern(program_invocation_short_name)
+                                  : config_.log_path;
+  log_ = Log::Deferred(ExpandLogPath(pattern, getpid()));
+  if (effective_ == Mode::kDefer) {
     PoolLimits limits;
     limits.max_bytes = config_.pool_bytes;
     limits.max_entries = config_.pool_entries;
     limits.check_frames = config_.check_pfn;
     pool_driver_ = MakeCudaPoolDriver(watch_.get(), config_.defer_shared);
     pool_ = std::make_unique<Pool>(pool_driver_.get(), this, limits);
-    if (config_.check_pfn) {
-      std::vector<uint64_t> frames;
-      if (!ReadPageFrames(reinterpret_cast<uintptr_t>(&frames), 1, &frames)) {
-        OnWarning("LAZYPIN_CHECK_PFN=1 needs root (CAP_SYS_ADMIN) to read /proc/self/pagemap; "
-                  "page checks are off");
-      }
-    }
     collector_ = std::make_unique<Collector>(pool_.get(), config_.idle_ms, &RealFree, FreeBounds{},
                                              &Captures());
     guard_ = std::make_unique<MemoryGuard>(pool_.get(), collector_.get(), &LeftSetUpProcess);
@@ -292,7 +285,24 @@ void Shim::Init() {
       sigaction(sig, &action, nullptr);
     }
   }
-  state_ = new ShimState{config_.mode, effective, why_.c_str(), dispatch_.get(), guard_.get()};
+  state_ = new ShimState{config_.mode, effective_, why_.c_str(), dispatch_.get(), guard_.get()};
+  Publish(state_);
+  const bool started = log_->Start([this](const std::string& path) {
+    ScopedInsideLazypin inside_writer;
+    std::vector<std::string> lines{HeaderLine(path)};
+    for (const std::string& warning : warnings_) lines.push_back(WarningRecordLine(0, warning));
+    return lines;
+  });
+  if (!started) {
+    fprintf(stderr, "lazypin: cannot start the log's writer thread; not writing a log file\n");
+  }
+  if (pool_ != nullptr && config_.check_pfn) {
+    std::vector<uint64_t> frames;
+    if (!ReadPageFrames(reinterpret_cast<uintptr_t>(&frames), 1, &frames)) {
+      OnWarning("LAZYPIN_CHECK_PFN=1 needs root (CAP_SYS_ADMIN) to read /proc/self/pagemap; "
+                "page checks are off");
+    }
+  }
 }
 
 bool Shim::OpenWatch() {
@@ -304,8 +314,7 @@ bool Shim::OpenWatch() {
   return watch_ != nullptr || config_.watch == WatchMode::kAuto;
 }
 
-void Shim::WriteHeader(Mode requested, Mode effective, const std::string& why) {
-  if (!log_) return;
+std::string Shim::HeaderLine(const std::string& log_path) {
   HeaderInfo info;
   info.version = kVersion;
   info.pid = getpid();
@@ -313,20 +322,20 @@ void Shim::WriteHeader(Mode requested, Mode effective, const std::string& why) {
   const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   info.exe.assign(exe, n > 0 ? static_cast<size_t>(n) : 0);
   info.cmdline = ReadSmallFile("/proc/self/cmdline");
-  info.requested = requested;
-  info.effective = effective;
-  info.why_effective = why;
+  info.requested = config_.mode;
+  info.effective = effective_;
+  info.why_effective = why_;
   info.host = ShortHostName();
   info.watch = watch_ != nullptr ? "uffd" : "hooks";
-  info.watch_reason = effective == Mode::kDefer ? watch_reason_ : "";
+  info.watch_reason = effective_ == Mode::kDefer ? watch_reason_ : "";
   info.start_unix_ns = start_unix_ns_;
   info.driver_version = 0;
   if (auto get_version = driver_get_version_.Get(&real::Driver, "cuDriverGetVersion")) {
     if (get_version(&info.driver_version) != CUDA_SUCCESS) info.driver_version = 0;
   }
   info.config = &config_;
-  info.log_path = log_->path();
-  log_->Write(HeaderRecord(info));
+  info.log_path = log_path;
+  return HeaderRecord(info);
 }
 
 void Shim::InstallExitHandlerOnce() {
@@ -342,7 +351,7 @@ void Shim::InstallExitHandlerOnce() {
 void Shim::Record(const CallRecord& record) {
   stats_.RecordCall(record.call.api, record.call.bytes, record.result, record.latency_ns,
                     record.action);
-  if (log_) log_->Write(CallRecordLine(SinceStart(), ThreadId(), record));
+  if (log_) log_->Write(CallRecordLine(SinceStart(), ThreadId(), record).view());
   InstallExitHandlerOnce();
 }
 
@@ -351,7 +360,8 @@ void Shim::OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result, 
   stats_.RecordEvict(latency_ns);
   if (log_) {
     log_->Write(
-        EvictRecordLine(SinceStart(), ThreadId(), ptr, bytes, reason, result, latency_ns, wait));
+        EvictRecordLine(SinceStart(), ThreadId(), ptr, bytes, reason, result, latency_ns, wait)
+            .view());
   }
 }
 
@@ -379,10 +389,13 @@ void Shim::AtExit() {
   std::string log_note;
   if (log_) {
     log_->Close(stats_.SummaryJson(counters, SinceStart(), "exit"));
+    // No file: the writer said why on stderr when it could not create it.
     const std::string failure = log_->failure();
-    log_note = failure.empty()
-                   ? fmt::format("lazypin: log: {}\n", log_->path())
-                   : fmt::format("lazypin: log {} is incomplete: {}\n", log_->path(), failure);
+    if (log_->has_file()) {
+      log_note = failure.empty()
+                     ? fmt::format("lazypin: log: {}\n", log_->path())
+                     : fmt::format("lazypin: log {} is incomplete: {}\n", log_->path(), failure);
+    }
   }
   if (config_.summary) {
     const std::string text = stats_.SummaryText(counters, pool_ != nullptr) + log_note;
@@ -486,10 +499,8 @@ const ShimState* ActiveState() {
   if (PublishedState() == nullptr) {
     std::call_once(once, [] {
       ScopedInsideLazypin inside;
-      auto* shim = new Shim();  // never destroyed: hooks may run until the very end
-      shim->Init();
-      g_shim = shim;
-      Publish(shim->state());
+      g_shim = new Shim();  // never destroyed: hooks may run until the very end
+      g_shim->Init();       // publishes the state
     });
   }
   return StateInThisProcess();

@@ -309,9 +309,19 @@ class PreloadTest(AppTestCase):
                    "cuMemcpyDtoHAsync_v2_ptsz", "cuMemcpyAsync_ptsz", "cuMemcpy2DAsync_v2_ptsz",
                    "cuMemcpy3DAsync_v2_ptsz"}
         self.assertEqual(names, allowed)
+        # Preloaded into every process of a tree: it needs only libc (and the
+        # dynamic linker, loaded in every process anyway), and has no run path.
         ldd = subprocess.run(["ldd", LIB], capture_output=True, text=True, check=True).stdout
-        for banned in ("libcudart", "libcuda.so", "libspdlog", "libfmt"):
-            self.assertNotIn(banned, ldd)
+        needed = {l.split()[0] for l in ldd.splitlines() if l.strip()} - {"linux-vdso.so.1"}
+        needed = {os.path.basename(n) for n in needed}
+        if sanitizer_env.ACTIVE:
+            needed = {n for n in needed if not n.startswith(("libasan", "libtsan", "libubsan",
+                                                             "libstdc++", "libm.", "libgcc_s"))}
+        self.assertEqual({n for n in needed if not n.startswith("ld-linux")}, {"libc.so.6"}, ldd)
+        dynamic = subprocess.run(["readelf", "-d", LIB], capture_output=True, text=True,
+                                 check=True).stdout
+        self.assertNotIn("RPATH", dynamic)
+        self.assertNotIn("RUNPATH", dynamic)
 
     @unittest.skipUnless(sanitizer_env.ACTIVE, "only under scripts/test --asan")
     def test_sanitizer_runtime_is_in_the_apps(self):

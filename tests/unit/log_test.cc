@@ -1,4 +1,4 @@
-// Tests of the log file's creation policy (shim/log.h: CreateLogFile, Log::Open),
+// Tests of the log file's creation policy (shim/log.h: CreateLogFile, Log::Open) and of the records (shim/records.h),
 // its default name and %-expansion (config.h: ExpandLogPath), and JSON string
 // escaping (shim/json.h) against a table and, for random bytes, against
 // Python's json and UTF-8 decoder.
@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <climits>
+#include <cstdint>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -22,7 +24,9 @@
 
 #include "config.h"
 #include "gtest/gtest.h"
+#include "fmt/format.h"
 #include "json.h"
+#include "records.h"
 
 namespace lazypin {
 namespace {
@@ -440,6 +444,49 @@ TEST(LogTest, OpenWritesToTheSuffixedNameAndReportsIt) {
   EXPECT_EQ(refused, nullptr);
   EXPECT_NE(error.find("character device"), std::string::npos) << error;
   system(("rm -rf " + dir).c_str());
+}
+
+}  // namespace
+}  // namespace lazypin
+
+// ------------------------------------------------------------- records --
+
+namespace lazypin {
+namespace {
+
+// The call and evict records (formatted on the stack) are byte for byte what fmt's "{}"
+// gives for the log format's templates (docs/log-format.md), at the edges too.
+TEST(RecordsTest, CallAndEvictRecordsAreWhatFmtWrites) {
+  const int64_t times[] = {0, 1, 123456789, INT64_MAX, -5, INT64_MIN};
+  const uintptr_t ptrs[] = {0, 0x1000, 0x7f12a4000000, UINTPTR_MAX};
+  for (int64_t t : times) {
+    for (uintptr_t p : ptrs) {
+      for (PassReason reason : {PassReason::kNone, PassReason::kUnwatched}) {
+        const CallRecord r{ProgramCall{Api::kCudaHostRegister, Via::kSymbol,
+                                       reinterpret_cast<void*>(p), SIZE_MAX, 0xffffffffu},
+                           -2, t, Action::kHit, INT32_MIN, reason};
+        EXPECT_EQ(CallRecordLine(t, INT32_MAX, r).view(),
+                  fmt::format(R"({{"type":"call","t_ns":{},"tid":{},"api":"{}","via":"{}","ptr":"{}",)"
+                              R"("bytes":{},"flags":{},"result":{},"latency_ns":{},"action":"{}",)"
+                              R"("evicted":{}{}}})",
+                              t, INT32_MAX, ApiName(r.call.api), ViaName(r.call.via), r.call.ptr,
+                              r.call.bytes, r.call.flags, r.result, r.latency_ns,
+                              ActionName(r.action), r.evicted,
+                              reason == PassReason::kNone ? "" : R"(,"reason":"unwatched")"));
+      }
+      for (bool forced : {false, true}) {
+        ReleaseWait wait;
+        wait.waited_ns = t;
+        wait.forced = forced;
+        EXPECT_EQ(EvictRecordLine(t, 7, p, 4096, EvictReason::kFree, -1, t, wait).view(),
+                  fmt::format(R"({{"type":"evict","t_ns":{},"tid":{},"ptr":"{}","bytes":{},)"
+                              R"("reason":"{}","result":{},"latency_ns":{},"waited_ns":{}{}}})",
+                              t, 7, reinterpret_cast<void*>(p), 4096,
+                              EvictReasonName(EvictReason::kFree), -1, t, t,
+                              forced ? R"(,"forced":true)" : ""));
+      }
+    }
+  }
 }
 
 }  // namespace

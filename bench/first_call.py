@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""The program's first intercepted call, without and with lazypin.
+
+    python3 bench/first_call.py [--runs N] [--sim BUILD/simcuda] [--lib LIB] [APP ARGS...]
+
+Runs APP (default: the build's testapps/seed_shared, the forum post's program)
+bare, under lazypin in log mode and in defer mode, interleaved (bare, log,
+defer, bare, ...), N times each, and prints the median (and quartiles) of the
+first "Host register:" time the program prints, and each mode's median minus
+the bare one. lazypin sets itself up inside that call, so the difference is
+what set-up costs the program there.
+
+--sim prepends the simulated CUDA stack to LD_LIBRARY_PATH (no GPU needed);
+on a GPU machine leave it out and pass the static-cudart app (testapps/seed).
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BUILD = os.path.join(HERE, "..", "build")
+REGISTER = re.compile(r"Host register:\s+(\d+) ns")
+
+
+def first_register_ns(argv, env):
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
+    m = REGISTER.search(out)
+    if m is None:
+        sys.exit("no 'Host register:' line in the output of %s:\n%s" % (" ".join(argv), out))
+    return int(m.group(1))
+
+
+def quartiles(xs):
+    q = statistics.quantiles(xs, n=4) if len(xs) > 1 else [xs[0]] * 3
+    return q[0], statistics.median(xs), q[2]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runs", type=int, default=30)
+    p.add_argument("--lib", default=os.path.join(BUILD, "shim", "liblazypin.so"))
+    p.add_argument("--sim", nargs="?", const=os.path.join(BUILD, "simcuda"), default=None,
+                   help="the simulated stack's directory (default: build/simcuda)")
+    p.add_argument("app", nargs=argparse.REMAINDER)
+    opts = p.parse_args()
+    argv = opts.app or [os.path.join(BUILD, "testapps", "seed_shared")]
+    base = {k: v for k, v in os.environ.items() if not k.startswith("LAZYPIN_") and k != "LD_PRELOAD"}
+    if opts.sim:
+        base["LD_LIBRARY_PATH"] = ":".join(
+            [os.path.abspath(opts.sim)] + [d for d in base.get("LD_LIBRARY_PATH", "").split(":") if d])
+        base["SIMCUDA_SLEEP"] = "0"
+    with tempfile.TemporaryDirectory() as tmp:
+        envs = {"bare": base}
+        for mode in ("log", "defer"):
+            envs[mode] = dict(base, LD_PRELOAD=os.path.abspath(opts.lib), LAZYPIN_MODE=mode,
+                              LAZYPIN_SUMMARY="0", LAZYPIN_LOG=os.path.join(tmp, "lp-%p.jsonl"))
+        times = {name: [] for name in envs}
+        for _ in range(opts.runs):
+            for name, env in envs.items():
+                times[name].append(first_register_ns(argv, env))
+            for f in os.listdir(tmp):
+                os.unlink(os.path.join(tmp, f))
+    bare = statistics.median(times["bare"])
+    print("first register of %s, %d runs each, interleaved (us: p25 / median / p75):"
+          % (os.path.basename(argv[0]), opts.runs))
+    for name, xs in times.items():
+        lo, mid, hi = quartiles(xs)
+        extra = "" if name == "bare" else ", lazypin adds %.1f us" % ((mid - bare) / 1e3)
+        print("  %-5s %10.1f / %10.1f / %10.1f%s" % (name, lo / 1e3, mid / 1e3, hi / 1e3, extra))
+
+
+if __name__ == "__main__":
+    main()
