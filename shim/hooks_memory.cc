@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "memory_guard.h"
+#include "page_class.h"
 #include "pages.h"
 #include "real.h"
 #include "shim.h"
@@ -85,34 +86,18 @@ void RangeLeaving(const void* addr, size_t len, EvictReason reason) {
   }
 }
 
-// The size of the mapping that starts at `addr`, from /proc/self/maps, read
-// without allocating (shmdt says only where the segment starts).
-size_t MappingSizeAt(const void* addr) {
-  const int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  char buf[8192];
-  size_t have = 0, found = 0;
-  for (;;) {
-    const ssize_t n = read(fd, buf + have, sizeof buf - 1 - have);
-    if (n <= 0) break;
-    have += static_cast<size_t>(n);
-    buf[have] = '\0';
-    char* line = buf;
-    char* nl;
-    while ((nl = strchr(line, '\n')) != nullptr) {
-      *nl = '\0';
-      char* dash;
-      const uintptr_t lo = strtoull(line, &dash, 16);
-      const uintptr_t hi = *dash == '-' ? strtoull(dash + 1, nullptr, 16) : 0;
-      if (lo == Addr(addr) && hi > lo) found = hi - lo;
-      line = nl + 1;
-    }
-    have = static_cast<size_t>(buf + have - line);
-    memmove(buf, line, have);
-    if (found) break;
-  }
-  close(fd);
-  return found;
+// The span of the SysV segment attached at `addr` (shmdt says only where it
+// starts): the shared mappings that follow each other from there, so a
+// segment split by mprotect counts whole (a neighbour mapped right after it
+// counts too: invalidating more is safe). Allocates nothing.
+size_t SegmentSizeAt(const void* addr) {
+  uintptr_t end = Addr(addr);
+  ForEachMapping(Addr(addr), ~uintptr_t{0}, [&](const Mapping& m) {
+    if (m.lo != end || !m.shared) return false;
+    end = m.hi;
+    return true;
+  });
+  return end - Addr(addr);
 }
 
 }  // namespace
@@ -293,7 +278,7 @@ LAZYPIN_EXPORT void* sbrk(intptr_t increment) {
 
 LAZYPIN_EXPORT int shmdt(const void* addr) {
   if (const MemoryGuard* guard = Guard()) {
-    const size_t size = MappingSizeAt(addr);
+    const size_t size = SegmentSizeAt(addr);
     // Unknown size: release everything pooled at or above the address.
     guard->Leaving(Addr(addr), size ? Addr(addr) + size : ~uintptr_t{0}, EvictReason::kShmdt);
   }
@@ -307,8 +292,9 @@ LAZYPIN_EXPORT void* shmat(int id, const void* addr, int flags) {
   if (guard != nullptr) {
     struct shmid_ds ds;
     const size_t size = shmctl(id, IPC_STAT, &ds) == 0 ? ds.shm_segsz : 0;
-    guard->Leaving(Addr(addr), size ? PageCeil(RangeEnd(Addr(addr), size)) : ~uintptr_t{0},
-                   EvictReason::kShmat);
+    // SHM_RND: the kernel attaches at the address rounded down to SHMLBA.
+    const uintptr_t at = (flags & SHM_RND) ? Addr(addr) & ~(uintptr_t{SHMLBA} - 1) : Addr(addr);
+    guard->Leaving(at, size ? PageCeil(RangeEnd(at, size)) : ~uintptr_t{0}, EvictReason::kShmat);
   }
   ShmatFn real = g_shmat.Get(&real::Next, "shmat");
   if (real == nullptr) return reinterpret_cast<void*>(syscall(SYS_shmat, id, addr, flags));
