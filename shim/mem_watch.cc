@@ -18,6 +18,9 @@
 // never waits on a thread that may be waiting for it.
 #include "mem_watch.h"
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
@@ -307,8 +310,17 @@ void MemWatch::DrainSlow(absl::FunctionRef<void(uintptr_t, uintptr_t)> apply) {
   if (abandoned_.load(std::memory_order_relaxed)) return;
   std::lock_guard<std::mutex> applying(apply_mu_);
   {
-    std::lock_guard<std::mutex> reading(read_mu_);
-    ReadAndPushLocked();
+    // Signals blocked while read_mu_ is held: a handler that unmapped here
+    // would wait in the kernel for its event to be read, by a reader waiting
+    // for read_mu_ (a deadlock the hardening test's handler found).
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    {
+      std::lock_guard<std::mutex> reading(read_mu_);
+      ReadAndPushLocked();
+    }
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
   }
   // Exchanged before the apply below: whatever a full ring dropped until now
   // is covered by apply(0, UINTPTR_MAX).

@@ -203,6 +203,27 @@ class Reentrancy(Base):
             runs.append("%s evictions.free=%d" % (line, s["pool"]["evictions"]["free"]))
         figure("signal(defer) x3: " + " | ".join(runs))
 
+    def test_signal_handler_madvise_inside_lazypin(self):
+        # The handler drops a pooled buffer's pages (MADV_DONTNEED) while it
+        # may have interrupted lazypin's own code (register, unregister and the
+        # driver calls lazypin makes for them; the copies are shielded: a
+        # handler inside the program's own driver call is the known limit),
+        # where no hook may take the pool's lock; the main loop then registers
+        # the buffer again. The kernel watch sees the removal, so the register
+        # is never a stale hit (the simulated driver aborts on a copy through
+        # old pages).
+        for _ in range(2):
+            run = self.run_app([happ("reentry"), "signal", "--seconds", "2", "--madvise"],
+                               timeout=30, LAZYPIN_MODE="defer")
+            self.assertClean(run)
+            line = run.out.strip().splitlines()[0]
+            self.assertGreater(int(line.split("handler_frees=")[1].split()[0]), 100, line)
+            s = run.summary()
+            self.assertEqual(run.records[0]["watch"], "uffd")
+            ev = s["pool"]["evictions"]
+            self.assertGreater(ev.get("watch", 0) + ev.get("madvise", 0), 100, json.dumps(s["pool"]))
+            figure("signal madvise(defer) %s evictions=%s" % (line, s["pool"]["evictions"]))
+
     def test_atexit_early_handler_and_very_late_dtor(self):
         # Free of pooled memory from an atexit handler that runs before lazypin's,
         # and from a static destructor that runs after everything (no crash).

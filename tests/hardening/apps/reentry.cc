@@ -43,9 +43,15 @@ void* g_dev = nullptr;
 unsigned char* g_check = nullptr;
 
 // Register, copy+verify, unregister: the buffer ends up pooled under defer.
-void cycle(unsigned char* p, size_t n, unsigned seed, const char* tag, bool print) {
+// With `shield` (a signal set), the copies run with those signals blocked:
+// the handler may then interrupt lazypin's own code, never the driver's
+// (a handler that unmaps pooled memory inside the driver is a known limit).
+void cycle(unsigned char* p, size_t n, unsigned seed, const char* tag, bool print,
+           const sigset_t* shield = nullptr) {
   int r1 = cudaHostRegister(p, n, 0);
+  if (shield != nullptr) sigprocmask(SIG_BLOCK, shield, nullptr);
   if (r1 == 0) hard::roundtrip(p, n, g_dev, g_check, seed);
+  if (shield != nullptr) sigprocmask(SIG_UNBLOCK, shield, nullptr);
   int r2 = cudaHostUnregister(p);
   cudaGetLastError();
   if (print) std::printf("%s register=%d unregister=%d\n", tag, r1, r2);
@@ -65,16 +71,32 @@ const int kSlots = 64;
 std::atomic<void*> g_slots[kSlots];
 std::atomic<unsigned long> g_signals{0}, g_handler_frees{0};
 
+// --madvise: the handler drops the pages of a pooled mmap'd buffer
+// (MADV_DONTNEED: zero pages from then on) instead of freeing it, and hands it
+// back; the main loop registers it again, copies and checks the bytes. When
+// the handler interrupted lazypin's own code, no hook can act then: the
+// kernel watch must see it, or the register hits and DMAs from the old pages.
+bool g_madvise = false;
+const size_t kMadviseBytes = 128 * 1024;
+std::atomic<void*> g_dropped[kSlots];
+
 void on_alarm(int) {
   int saved = errno;
   g_signals++;
   for (int i = 0; i < kSlots; ++i) {
     void* p = g_slots[i].exchange(nullptr);
-    if (p) {
+    if (!p) continue;
+    if (g_madvise) {
+      madvise(p, kMadviseBytes, MADV_DONTNEED);
+      for (int j = 0; j < kSlots; ++j) {
+        void* expected = nullptr;
+        if (g_dropped[j].compare_exchange_strong(expected, p)) break;
+      }
+    } else {
       std::free(p);
-      g_handler_frees++;
-      break;
     }
+    g_handler_frees++;
+    break;
   }
   errno = saved;
 }
@@ -102,6 +124,26 @@ int run_signal(double seconds) {
   setitimer(ITIMER_REAL, &it, nullptr);
   unsigned long loops = 0;
   const double deadline = hard::now_s() + seconds;
+  while (hard::now_s() < deadline && g_madvise) {
+    // A buffer whose pages the handler dropped: registered again (the same
+    // base and size as the pooled registration), copied, checked, unmapped.
+    for (int i = 0; i < kSlots; ++i) {
+      if (auto* q = static_cast<unsigned char*>(g_dropped[i].exchange(nullptr))) {
+        cycle(q, kMadviseBytes, static_cast<unsigned>(loops) + 7, "madvise-reuse", false, &alrm);
+        munmap(q, kMadviseBytes);
+      }
+    }
+    void* m = mmap(nullptr, kMadviseBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    auto* p = static_cast<unsigned char*>(m);
+    cycle(p, kMadviseBytes, static_cast<unsigned>(loops), "madvise-loop", false, &alrm);
+    bool queued = false;
+    for (int i = 0; i < kSlots && !queued; ++i) {
+      void* expected = nullptr;
+      queued = g_slots[i].compare_exchange_strong(expected, p);
+    }
+    if (!queued) munmap(p, kMadviseBytes);
+    ++loops;
+  }
   while (hard::now_s() < deadline) {
     const size_t n = (64 + (loops % 4) * 32) * 1024;  // 64-160 KiB: mmap'd chunks
     sigprocmask(SIG_BLOCK, &alrm, nullptr);
@@ -278,7 +320,10 @@ int run_rtldnext() {
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "";
   g_block_cuda = hard::arg_flag(argc, argv, "--block-cuda");
-  if (!std::strcmp(mode, "signal")) return run_signal(hard::arg_double(argc, argv, "--seconds", 2));
+  if (!std::strcmp(mode, "signal")) {
+    for (int i = 2; i < argc; ++i) g_madvise = g_madvise || !std::strcmp(argv[i], "--madvise");
+    return run_signal(hard::arg_double(argc, argv, "--seconds", 2));
+  }
   if (!std::strcmp(mode, "atexit")) return run_atexit();
   if (!std::strcmp(mode, "dtor")) return run_dtor();
   if (!std::strcmp(mode, "dlopen") && argc > 2) return run_dlopen(argv[2]);
