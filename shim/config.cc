@@ -205,6 +205,13 @@ const Option kOptions[] = {
        return Store(ParseBool(t), &c->unregister_wait);
      },
      [](const Config& c) { return JsonBool(c.unregister_wait); }},
+    {"LAZYPIN_REUSE_FREED", "reuse_freed", "1", "1", "0 or 1",
+     "1 (defer mode, glibc's malloc): a block the program frees while the pool holds its "
+     "registration stays registered and is handed back to a later allocation of the same size "
+     "and alignment, so that registering it again is a hit; 0: such a free is unregistered and "
+     "freed",
+     [](std::string_view t, uint64_t, Config* c) { return Store(ParseBool(t), &c->reuse_freed); },
+     [](const Config& c) { return JsonBool(c.reuse_freed); }},
 };
 const size_t kOptionCount = sizeof(kOptions) / sizeof(kOptions[0]);
 

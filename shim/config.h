@@ -35,6 +35,7 @@ struct Config {
   WatchMode watch = WatchMode::kAuto;
   bool defer_shared = false;      // defer shared and file-backed pages too
   bool unregister_wait = false;   // a deferred unregister waits for the work in flight first
+  bool reuse_freed = false;       // freed blocks still held by a deferred registration come back
 };
 
 // One row per LAZYPIN_* variable of the shim: the one place that names it,

@@ -20,6 +20,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
+
+#include "hooks_alloc.h"
 #include "memory_guard.h"
 #include "page_class.h"
 #include "pages.h"
@@ -163,6 +166,7 @@ using namespace lazypin;  // NOLINT: the hooks below are C symbols
 
 LAZYPIN_EXPORT void free(void* ptr) {
   if (real::Resolving()) return;  // the loader's own allocation during our lookup: leak it
+  if (InBootstrapArena(ptr)) return;  // hooks_alloc's arena: never the allocator's
   if (ptr != nullptr) {
     if (const MemoryGuard* guard = Guard(); guard != nullptr && guard->TakeFree(ptr)) return;
   }
@@ -176,6 +180,14 @@ void lazypin::RealFree(void* ptr) {
 LAZYPIN_EXPORT void cfree(void* ptr) { free(ptr); }
 
 LAZYPIN_EXPORT void* realloc(void* ptr, size_t size) {
+  if (ptr == nullptr && g_parked_blocks.load(std::memory_order_relaxed) != 0) {
+    if (void* block = ServeParked(size, 0, false)) return block;  // realloc(NULL, n) is malloc(n)
+  }
+  if (InBootstrapArena(ptr)) {
+    void* moved = malloc(size);
+    if (moved != nullptr) memcpy(moved, ptr, std::min(size, BootstrapSize(ptr)));
+    return moved;
+  }
   BlockLeaving(ptr, EvictReason::kRealloc);
   ReallocFn real = g_realloc.Get(&real::Next, "realloc");
   if (real == nullptr) {

@@ -5,6 +5,8 @@
 #include <sys/mman.h>
 
 #include "collector.h"
+#include "glibc_blocks.h"
+#include "pages.h"
 #include "thread_state.h"
 
 namespace lazypin {
@@ -45,6 +47,10 @@ bool MemoryGuard::TakeFree(void* block) const {
     ScopedInsideLazypin inside;  // a signal handler's free meanwhile must not take the lock
     pool_->MarkLeft(lo, lo + bytes);
     pooled = pool_->HoldsDeferred(lo, lo + bytes);
+    // Kept: the block stays the allocator's (allocated) and registered, so
+    // its pages stay the same until an allocation takes it back or the pool
+    // releases it (unregister, then the real free).
+    if (pooled && reuse_ && pool_->Park(lo, bytes)) return true;
   }
   if (!pooled) return false;
   // The collector unregisters, then frees it, so this thread never calls the
@@ -53,6 +59,14 @@ bool MemoryGuard::TakeFree(void* block) const {
   if (collector_ != nullptr && collector_->TakeFree(block, bytes, /*may_wait=*/true)) return true;
   Leaving(lo, lo + bytes, EvictReason::kFree);  // no collector (exit) or all its slots taken: here
   return false;
+}
+
+void* MemoryGuard::Serve(size_t bytes, size_t align) const {
+  if (!reuse_ || t_state.inside > 0) return nullptr;
+  const FreshSizes sizes = GlibcFreshUsable(bytes, align, PageSize());
+  if (!pool_->MaybeParked(sizes) || LeftProcess()) return nullptr;
+  ScopedInsideLazypin inside;
+  return reinterpret_cast<void*>(pool_->Unpark(sizes, align));
 }
 
 }  // namespace lazypin

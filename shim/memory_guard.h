@@ -29,8 +29,11 @@ class MemoryGuard {
   using ProcessCheck = bool (*)();
   // `collector` may be null (then pooled blocks are invalidated on the
   // freeing thread); `left_process` may be null (never a copy).
-  MemoryGuard(Pool* pool, Collector* collector, ProcessCheck left_process = nullptr)
-      : pool_(pool), collector_(collector), left_process_(left_process) {}
+  // `reuse`: freed blocks come back (Pool::Park, Serve); the pool must have
+  // EnableReuse'd.
+  MemoryGuard(Pool* pool, Collector* collector, ProcessCheck left_process = nullptr,
+              bool reuse = false)
+      : pool_(pool), collector_(collector), left_process_(left_process), reuse_(reuse) {}
 
   // Cheap and lock-free: false means the pool holds no entry (in use or
   // deferred), and every call below would do nothing.
@@ -51,7 +54,15 @@ class MemoryGuard {
   // memory; it is freed once that is unregistered, by the collector or when
   // this thread leaves lazypin's code); false: the caller frees it now.
   // Async-signal-safe.
+  // With reuse, a block whose one deferred registration is based at it is
+  // parked (kept allocated and registered) instead.
   bool TakeFree(void* block) const;
+
+  // An allocation of `bytes` aligned to `align` (0: malloc's): a parked block
+  // its own fresh glibc block could have been (GlibcFreshUsable), or null
+  // (then the caller allocates). Null on a thread inside lazypin's code and
+  // in a copy of the process. Not async-signal-safe (nor is malloc).
+  void* Serve(size_t bytes, size_t align) const;
 
  private:
   bool LeftProcess() const { return left_process_ != nullptr && left_process_(); }
@@ -59,6 +70,7 @@ class MemoryGuard {
   Pool* const pool_;
   Collector* const collector_;
   const ProcessCheck left_process_;
+  const bool reuse_;
 };
 
 }  // namespace lazypin

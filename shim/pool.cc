@@ -91,10 +91,60 @@ Pool::Map::iterator Pool::Erase(Map::iterator it) {
 }
 
 void Pool::TakeVictim(Entry& e, EvictReason reason, std::vector<Victim>* victims) {
+  const bool parked = UnparkLocked(e);
   UnmarkDeferred(e);
   e.state = State::kEvicting;
   counters_.evictions[static_cast<int>(reason)] += 1;
-  victims->push_back(Victim{e.base, e.bytes, e.ctx, reason, e.watched});
+  victims->push_back(Victim{e.base, e.bytes, e.ctx, reason, e.watched, parked});
+}
+
+bool Pool::UnparkLocked(Entry& e) {
+  if (e.parked == 0) return false;
+  park_.Remove(e.base, e.parked);
+  park_filter_[ParkSlot(e.parked)].fetch_sub(1, std::memory_order_relaxed);
+  e.parked = 0;
+  counters_.parked_now -= 1;
+  if (reuse_.gauge != nullptr) reuse_.gauge->fetch_sub(1, std::memory_order_relaxed);
+  return true;
+}
+
+void Pool::FreeBlocks(const std::vector<uintptr_t>& blocks) {
+  for (uintptr_t block : blocks) reuse_.free_block(reinterpret_cast<void*>(block));
+}
+
+void Pool::EnableReuse(ReuseHooks hooks) { reuse_ = hooks; }
+
+bool Pool::Park(uintptr_t block, size_t usable) {
+  if (!ReuseEnabled() || abandoned_.load(std::memory_order_relaxed) || Empty() || usable == 0) {
+    return false;
+  }
+  const uintptr_t hi = RangeEnd(block, usable);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!RangeQuiet(PageFloor(block), PageCeil(hi))) return false;  // never wait here (a handler)
+  auto it = FirstOverlap(block);
+  if (it == entries_.end() || it->first != block) return false;
+  Entry& e = it->second;
+  if (e.state != State::kDeferred || e.parked != 0 || e.bytes > usable) return false;
+  if (auto next = std::next(it); next != entries_.end() && next->first < hi) return false;
+  e.parked = usable;
+  park_.Add(block, usable);
+  park_filter_[ParkSlot(usable)].fetch_add(1, std::memory_order_relaxed);
+  counters_.parked += 1;
+  counters_.parked_now += 1;
+  if (reuse_.gauge != nullptr) reuse_.gauge->fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+uintptr_t Pool::Unpark(const FreshSizes& sizes, size_t align) {
+  if (abandoned_.load(std::memory_order_relaxed) || !MaybeParked(sizes)) return 0;
+  std::lock_guard<std::mutex> lock(mu_);
+  const uintptr_t block = park_.Take(sizes.usable, sizes.count, align);
+  if (block == 0) return 0;
+  Entry& e = entries_.find(block)->second;  // a parked block's entry is deferred, based at it
+  park_.Add(block, e.parked);               // UnparkLocked removes it again
+  UnparkLocked(e);
+  counters_.served += 1;
+  return block;
 }
 
 void Pool::TakeOverBounds(std::vector<Victim>* victims) {
@@ -108,6 +158,7 @@ void Pool::TakeOverBounds(std::vector<Victim>* victims) {
 int Pool::Evict(std::vector<Victim>& victims) {
   if (victims.empty()) return 0;
   uint64_t forced = 0;
+  std::vector<uintptr_t> parked;
   for (const Victim& v : victims) {
     const int64_t t0 = driver_->NowNs();
     ReleaseWait wait;
@@ -117,6 +168,7 @@ int Pool::Evict(std::vector<Victim>& victims) {
       observer_->OnEvict(v.base, v.bytes, v.reason, result, driver_->NowNs() - t0, wait);
     }
     if (v.watched) driver_->Release(v.base, RangeEnd(v.base, v.bytes));
+    if (v.parked) parked.push_back(v.base);
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -127,6 +179,9 @@ int Pool::Evict(std::vector<Victim>& victims) {
     }
   }
   evicted_.notify_all();
+  // Unregistered, unwatched and forgotten: the parked blocks go back to the
+  // allocator only now (its free may unmap them).
+  FreeBlocks(parked);
   return static_cast<int>(victims.size());
 }
 
@@ -140,8 +195,9 @@ const Pool::Entry* Pool::HitLocked(const RegisterRequest& req) {
   auto it = entries_.find(req.ptr);
   if (it == entries_.end()) return nullptr;
   Entry& e = it->second;
-  if (e.state != State::kDeferred || e.bytes != req.bytes || e.flags != req.flags ||
-      e.ctx != req.ctx) {
+  // A parked block is memory the program freed: registering it is the driver's affair.
+  if (e.state != State::kDeferred || e.parked != 0 || e.bytes != req.bytes ||
+      e.flags != req.flags || e.ctx != req.ctx) {
     return nullptr;
   }
   if (limits_.check_frames && !FramesUnchanged(e)) return nullptr;  // Register() says why
@@ -244,13 +300,17 @@ Outcome Pool::Register(const RegisterRequest& req, absl::FunctionRef<int()> forw
     driver_->ReadFrames(req.ptr, req.bytes, &frames);
   }
   std::vector<Range> stale_watched;
+  std::vector<uintptr_t> stale_parked;
   if (out.result == kCudaSuccess) {
     std::lock_guard<std::mutex> lock(mu_);
     // The driver just accepted this range, so any entry still overlapping it
     // is stale (its context was torn down behind our back): forget it.
     for (auto it = FirstOverlap(lo); it != entries_.end() && it->first < hi;) {
       if (it->second.state == State::kEvicting) { ++it; continue; }
-      if (it->second.state == State::kDeferred) UnmarkDeferred(it->second);
+      if (it->second.state == State::kDeferred) {
+        if (UnparkLocked(it->second)) stale_parked.push_back(it->second.base);
+        UnmarkDeferred(it->second);
+      }
       if (it->second.watched) {
         stale_watched.push_back(Range{it->second.base, RangeEnd(it->second.base, it->second.bytes)});
       }
@@ -266,6 +326,7 @@ Outcome Pool::Register(const RegisterRequest& req, absl::FunctionRef<int()> forw
   }
   EndInflight(Range{page_lo, page_hi});
   ReleaseWatched(stale_watched);
+  FreeBlocks(stale_parked);
   return out;
 }
 
@@ -450,6 +511,9 @@ void Pool::AbandonAfterFork() {
   abandoned_.store(true, std::memory_order_relaxed);
   holding_.store(0, std::memory_order_relaxed);
   in_use_.store(0, std::memory_order_relaxed);
+  // The child never hands out a parked block (the parent's fork-prepare
+  // release freed them; any left are the parent's, leaked here).
+  if (reuse_.gauge != nullptr) reuse_.gauge->store(0, std::memory_order_relaxed);
 }
 
 PoolCounters Pool::Counters() const {

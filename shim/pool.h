@@ -33,7 +33,9 @@
 #include "absl/container/btree_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/base/thread_annotations.h"
+#include "glibc_blocks.h"
 #include "granule_filter.h"
+#include "park_index.h"
 #include "types.h"
 
 namespace lazypin {
@@ -68,6 +70,18 @@ class PoolDriver {
   // Calls changed(lo, hi) for every range whose pages changed since the last
   // call, as far as the watch knows (see MemWatch::Drain for the ordering).
   virtual void DrainChanges(absl::FunctionRef<void(uintptr_t lo, uintptr_t hi)> changed) {}
+};
+
+// Freed blocks that come back (LAZYPIN_REUSE_FREED): a block the program
+// frees while a deferred entry based at it holds it stays allocated and
+// registered ("parked") until an allocation it fits takes it (then the
+// program's next register of it is a hit) or the entry is released (then,
+// after the unregister, `free_block` really frees it). `gauge` (may be
+// null) follows the number of parked blocks with relaxed stores, for the
+// allocation hooks' fast path.
+struct ReuseHooks {
+  void (*free_block)(void* block) = nullptr;
+  std::atomic<int64_t>* gauge = nullptr;
 };
 
 // Told of what the pool does outside the program's own calls (for the log).
@@ -107,6 +121,8 @@ struct PoolCounters {
   uint64_t pooled_bytes = 0, pooled_entries = 0;
   uint64_t peak_bytes = 0, peak_entries = 0;
   uint64_t forced_releases = 0;  // evictions whose wait for the GPU did not finish
+  uint64_t parked = 0, served = 0;  // frees kept (parked) and handed back to an allocation
+  uint64_t parked_now = 0;          // blocks parked at this moment
 };
 
 class Pool {
@@ -174,6 +190,26 @@ class Pool {
 
   PoolCounters Counters() const;
 
+  // Freed blocks that come back (see ReuseHooks). Call before the pool is shared.
+  void EnableReuse(ReuseHooks hooks);
+  bool ReuseEnabled() const { return reuse_.free_block != nullptr; }
+  // free(block) of `usable` bytes (malloc_usable_size): parks it if reuse is
+  // on and one deferred entry, based at `block` and no longer than `usable`,
+  // is all the pool holds there (nothing in flight or evicting on it). True:
+  // the caller must not free it. Never waits for an eviction.
+  bool Park(uintptr_t block, size_t usable);
+  // An allocation whose fresh block could have any of `sizes`' usable sizes
+  // and needs `align`: a parked block that fits, taken out of the park (its
+  // entry stays deferred until the program registers it: a hit); 0 if none.
+  uintptr_t Unpark(const FreshSizes& sizes, size_t align);
+  // Cheap and lock-free: false means Unpark(sizes, ...) would find nothing.
+  bool MaybeParked(const FreshSizes& sizes) const {
+    for (int i = 0; i < sizes.count; ++i) {
+      if (park_filter_[ParkSlot(sizes.usable[i])].load(std::memory_order_relaxed) != 0) return true;
+    }
+    return false;
+  }
+
  private:
   // kEvicting: lazypin's unregister on its way to the driver. Calls on an
   // overlapping range wait for it, and for the program's calls in flight.
@@ -194,6 +230,7 @@ class Pool {
     int64_t deferred_at;  // ns, valid while kDeferred
     std::vector<uint64_t> frames;  // with check_frames: the pages registered
     bool left = false;  // kInUse only: the memory left the process (MarkLeft)
+    size_t parked = 0;  // kDeferred only: parked, with this malloc_usable_size (0: not)
   };
   struct Victim {
     uintptr_t base;
@@ -201,6 +238,7 @@ class Pool {
     Context ctx;
     EvictReason reason;
     bool watched;
+    bool parked;  // the block is lazypin's: really freed after the unregister
   };
   using Map = absl::btree_map<uintptr_t, Entry>;
 
@@ -233,6 +271,10 @@ class Pool {
   // Defers the in-use entry based at `ptr` if it is poolable; false otherwise.
   bool DeferLocked(uintptr_t ptr, std::vector<Victim>* victims) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseWatched(const std::vector<Range>& ranges);
+  // Takes a parked entry's block out of the park; true if it was parked.
+  bool UnparkLocked(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FreeBlocks(const std::vector<uintptr_t>& blocks);
+  static size_t ParkSlot(size_t usable) { return (usable >> 4) % kParkSlots; }
 
   PoolDriver* const driver_;
   PoolObserver* const observer_;
@@ -254,6 +296,12 @@ class Pool {
   std::atomic<bool> abandoned_{false};
   GranuleFilter filter_;         // deferred + evicting entries
   GranuleFilter in_use_filter_;  // in-use entries not marked left
+
+  ReuseHooks reuse_;
+  ParkIndex park_ ABSL_GUARDED_BY(mu_);
+  // A counting filter over parked usable sizes (writers hold the lock).
+  static constexpr size_t kParkSlots = 64;
+  std::atomic<uint32_t> park_filter_[kParkSlots] = {};
 };
 
 }  // namespace lazypin

@@ -25,6 +25,7 @@
 #include "cuda_pool_driver.h"
 #include "dispatch.h"
 #include "fmt/format.h"
+#include "hooks_alloc.h"
 #include "hooks_memory.h"
 #include "log.h"
 #include "mem_watch.h"
@@ -267,9 +268,21 @@ void Shim::Init() {
     limits.check_frames = config_.check_pfn;
     pool_driver_ = MakeCudaPoolDriver(watch_.get(), config_.defer_shared);
     pool_ = std::make_unique<Pool>(pool_driver_.get(), this, limits);
+    bool reuse = false;
+    if (config_.reuse_freed) {
+      std::string why_not;
+      reuse = AllocatorReuseCheck(&why_not);
+      if (reuse) {
+        pool_->EnableReuse(ReuseHooks{&RealFree, &g_parked_blocks});
+      } else {  // said once, in the log: the program runs as with LAZYPIN_REUSE_FREED=0
+        warnings_.push_back(fmt::format(
+            "lazypin: LAZYPIN_REUSE_FREED steps aside: {}; freed blocks are unregistered and freed",
+            why_not));
+      }
+    }
     collector_ = std::make_unique<Collector>(pool_.get(), config_.idle_ms, &RealFree, FreeBounds{},
                                              &Captures());
-    guard_ = std::make_unique<MemoryGuard>(pool_.get(), collector_.get(), &LeftSetUpProcess);
+    guard_ = std::make_unique<MemoryGuard>(pool_.get(), collector_.get(), &LeftSetUpProcess, reuse);
   }
   dispatch_ = std::make_unique<Dispatch>(this, pool_.get(), config_.unregister_wait);
   pthread_atfork(ForkPrepareHandler, nullptr, ForkChildHandler);

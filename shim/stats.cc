@@ -145,9 +145,9 @@ std::string Stats::SummaryJson(const PoolCounters& pool, int64_t t_ns, const cha
   return fmt::format(
       R"({{"type":"summary","t_ns":{},"ended_by":"{}","apis":{{{}}},"size_classes":{{{}}},)"
       R"("pool":{{"hits":{},"misses":{},"deferred":{},"passed":{},"evictions":{{{}}},"forced_releases":{},)"
-      R"("peak_bytes":{},"peak_entries":{},"pooled_bytes":{},"pooled_entries":{},"saved_ns_est":{}}}}})",
+      R"("parked":{},"served":{},"peak_bytes":{},"peak_entries":{},"pooled_bytes":{},"pooled_entries":{},"saved_ns_est":{}}}}})",
       t_ns, ended_by, apis, sizes, pool.hits, pool.misses, pool.deferred, pool.passed, evictions,
-      pool.forced_releases,
+      pool.forced_releases, pool.parked, pool.served,
       pool.peak_bytes, pool.peak_entries, pool.pooled_bytes, pool.pooled_entries,
       SavedEstimateNs());
 }

@@ -1,0 +1,203 @@
+// hooks_alloc: the allocation hooks (see hooks_alloc.h).
+//
+// Early and reentrant calls: the loader calls malloc/calloc once relocation
+// is done, before any constructor of lazypin's; the next definition is looked
+// up on the first call (real::Lazy), and an allocation made by that lookup
+// itself (dlsym may calloc) comes from a static arena that free and realloc
+// recognise. A thread inside lazypin's own code (which may hold the pool's
+// lock) is never served a parked block (MemoryGuard::Serve).
+#include "hooks_alloc.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <malloc.h>
+#include <string.h>
+
+#include "memory_guard.h"
+#include "pages.h"
+#include "real.h"
+#include "shim.h"
+#include "state.h"
+
+namespace lazypin {
+
+std::atomic<int64_t> g_parked_blocks{0};
+
+namespace {
+
+using MallocFn = void* (*)(size_t);
+using CallocFn = void* (*)(size_t, size_t);
+using PosixMemalignFn = int (*)(void**, size_t, size_t);
+using AlignFn = void* (*)(size_t, size_t);
+
+real::Lazy<MallocFn> g_malloc;
+real::Lazy<CallocFn> g_calloc;
+real::Lazy<PosixMemalignFn> g_posix_memalign;
+real::Lazy<AlignFn> g_aligned_alloc;
+real::Lazy<AlignFn> g_memalign;
+real::Lazy<MallocFn> g_valloc;
+real::Lazy<MallocFn> g_pvalloc;
+
+constexpr size_t kArenaBytes = size_t{256} << 10;
+constexpr size_t kArenaHeader = 16;
+alignas(4096) char g_arena[kArenaBytes];
+std::atomic<size_t> g_arena_used{0};
+
+inline bool AnyParked() { return g_parked_blocks.load(std::memory_order_relaxed) != 0; }
+inline bool PowerOfTwo(size_t a) { return a != 0 && (a & (a - 1)) == 0; }
+
+// The real function, or null while it is being looked up on this thread
+// (then the caller uses the arena).
+template <typename Fn>
+Fn RealOrNull(real::Lazy<Fn>& lazy, const char* name) {
+  if (Fn fn = lazy.Peek()) return fn;
+  if (real::Resolving()) return nullptr;
+  return lazy.Get(&real::Next, name);
+}
+
+}  // namespace
+
+bool InBootstrapArena(const void* ptr) {
+  const char* p = static_cast<const char*>(ptr);
+  return p >= g_arena && p < g_arena + kArenaBytes;
+}
+
+void* BootstrapAlloc(size_t bytes, size_t align) {
+  if (align < kArenaHeader) align = kArenaHeader;
+  if (bytes > kArenaBytes || !PowerOfTwo(align)) return nullptr;
+  size_t used = g_arena_used.load(std::memory_order_relaxed);
+  for (;;) {
+    const size_t start = (used + kArenaHeader + align - 1) & ~(align - 1);
+    const size_t end = start + ((bytes + 15) & ~size_t{15});
+    if (end > kArenaBytes) return nullptr;  // ENOMEM for the loader: never seen in practice
+    if (g_arena_used.compare_exchange_weak(used, end, std::memory_order_relaxed)) {
+      memcpy(g_arena + start - kArenaHeader, &bytes, sizeof bytes);
+      return g_arena + start;  // zero: the arena is never reused
+    }
+  }
+}
+
+size_t BootstrapSize(const void* ptr) {
+  size_t bytes;
+  memcpy(&bytes, static_cast<const char*>(ptr) - kArenaHeader, sizeof bytes);
+  return bytes;
+}
+
+void* ServeParked(size_t bytes, size_t align, bool zero) {
+  const ShimState* state = PublishedState();
+  const MemoryGuard* guard = state != nullptr ? state->guard : nullptr;
+  void* block = guard != nullptr ? guard->Serve(bytes, align) : nullptr;
+  if (block != nullptr && zero) memset(block, 0, malloc_usable_size(block));
+  return block;
+}
+
+bool AllocatorReuseCheck(std::string* why) {
+  real::DlsymFn dlsym_real = real::Dlsym();
+  Dl_info self;
+  if (dlsym_real == nullptr ||
+      dladdr(reinterpret_cast<void*>(&AllocatorReuseCheck), &self) == 0) {
+    *why = "dlsym or dladdr failed";
+    return false;
+  }
+  for (const char* name : {"malloc", "calloc", "realloc", "free", "posix_memalign",
+                           "aligned_alloc", "memalign", "valloc", "pvalloc"}) {
+    Dl_info info;
+    void* global = dlsym_real(RTLD_DEFAULT, name);
+    if (global == nullptr || dladdr(global, &info) == 0 || info.dli_fbase != self.dli_fbase) {
+      *why = std::string("the process's ") + name + " is " +
+             (global != nullptr && dladdr(global, &info) && info.dli_fname ? info.dli_fname : "?") +
+             "'s, not lazypin's";
+      return false;
+    }
+    void* next = dlsym_real(RTLD_NEXT, name);
+    if (next == nullptr || dladdr(next, &info) == 0 || info.dli_fname == nullptr ||
+        strstr(info.dli_fname, "libc.so") == nullptr) {
+      *why = std::string("the next ") + name + " is " +
+             (next != nullptr && info.dli_fname != nullptr ? info.dli_fname : "?") +
+             "'s, not glibc's";
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace lazypin
+
+using namespace lazypin;  // NOLINT: the hooks below are C symbols
+
+LAZYPIN_EXPORT void* malloc(size_t bytes) {
+  if (__builtin_expect(AnyParked(), 0)) {
+    if (void* block = ServeParked(bytes, 0, false)) return block;
+  }
+  if (MallocFn real = RealOrNull(g_malloc, "malloc")) return real(bytes);
+  void* p = BootstrapAlloc(bytes, 0);
+  if (p == nullptr) errno = ENOMEM;
+  return p;
+}
+
+LAZYPIN_EXPORT void* calloc(size_t count, size_t size) {
+  size_t bytes;
+  if (__builtin_expect(AnyParked(), 0) && !__builtin_mul_overflow(count, size, &bytes)) {
+    if (void* block = ServeParked(bytes, 0, true)) return block;
+  }
+  if (CallocFn real = RealOrNull(g_calloc, "calloc")) return real(count, size);
+  void* p = __builtin_mul_overflow(count, size, &bytes) ? nullptr : BootstrapAlloc(bytes, 0);
+  if (p == nullptr) errno = ENOMEM;
+  return p;
+}
+
+LAZYPIN_EXPORT int posix_memalign(void** out, size_t align, size_t bytes) {
+  if (__builtin_expect(AnyParked(), 0) && PowerOfTwo(align) && align % sizeof(void*) == 0) {
+    if (void* block = ServeParked(bytes, align, false)) {
+      *out = block;
+      return 0;
+    }
+  }
+  if (PosixMemalignFn real = RealOrNull(g_posix_memalign, "posix_memalign")) {
+    return real(out, align, bytes);
+  }
+  void* p = BootstrapAlloc(bytes, align);
+  if (p == nullptr) return ENOMEM;
+  *out = p;
+  return 0;
+}
+
+static void* AlignedHook(real::Lazy<AlignFn>& lazy, const char* name, size_t align, size_t bytes) {
+  if (__builtin_expect(AnyParked(), 0) && PowerOfTwo(align)) {
+    if (void* block = ServeParked(bytes, align, false)) return block;
+  }
+  if (AlignFn real = RealOrNull(lazy, name)) return real(align, bytes);
+  void* p = BootstrapAlloc(bytes, align);
+  if (p == nullptr) errno = ENOMEM;
+  return p;
+}
+
+LAZYPIN_EXPORT void* aligned_alloc(size_t align, size_t bytes) {
+  return AlignedHook(g_aligned_alloc, "aligned_alloc", align, bytes);
+}
+
+LAZYPIN_EXPORT void* memalign(size_t align, size_t bytes) {
+  return AlignedHook(g_memalign, "memalign", align, bytes);
+}
+
+LAZYPIN_EXPORT void* valloc(size_t bytes) {
+  if (__builtin_expect(AnyParked(), 0)) {
+    if (void* block = ServeParked(bytes, PageSize(), false)) return block;
+  }
+  if (MallocFn real = RealOrNull(g_valloc, "valloc")) return real(bytes);
+  void* p = BootstrapAlloc(bytes, PageSize());
+  if (p == nullptr) errno = ENOMEM;
+  return p;
+}
+
+LAZYPIN_EXPORT void* pvalloc(size_t bytes) {
+  const size_t page = PageSize();
+  if (__builtin_expect(AnyParked(), 0) && bytes <= ~size_t{0} - page) {
+    // glibc's pvalloc rounds the request up to whole pages.
+    if (void* block = ServeParked((bytes + page - 1) & ~(page - 1), page, false)) return block;
+  }
+  if (MallocFn real = RealOrNull(g_pvalloc, "pvalloc")) return real(bytes);
+  void* p = BootstrapAlloc((bytes + page - 1) & ~(page - 1), page);
+  if (p == nullptr) errno = ENOMEM;
+  return p;
+}

@@ -1,0 +1,226 @@
+// Freed blocks that come back (LAZYPIN_REUSE_FREED): glibc's fresh block
+// sizes (shim/glibc_blocks), the park index (shim/park_index.h) and the
+// pool's rules for parking (Pool::Park / Unpark), against a driver model.
+#include <malloc.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "driver_model.h"
+#include "glibc_blocks.h"
+#include "gtest/gtest.h"
+#include "park_index.h"
+#include "pool.h"
+
+namespace lazypin {
+namespace {
+
+using model::DriverModel;
+using model::kPage;
+
+bool Predicted(const FreshSizes& f, size_t usable) {
+  for (int i = 0; i < f.count; ++i) {
+    if (f.usable[i] == usable) return true;
+  }
+  return false;
+}
+
+// The prediction must hold for the glibc this runs on, whichever way its
+// dynamic mmap threshold has moved (each free of an mmapped chunk raises it).
+TEST(GlibcFreshUsable, CoversWhatThisGlibcReturns) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t sizes[] = {1,       24,          100,         4096,          65536,
+                          131000,  131072,      1 << 20,     (4 << 20) - 1, 4 << 20,
+                          (4 << 20) + 1, 16 << 20, 40 << 20, 100 << 20};
+  for (int round = 0; round < 3; ++round) {
+    for (size_t n : sizes) {
+      void* p = malloc(n);
+      ASSERT_NE(p, nullptr);
+      EXPECT_TRUE(Predicted(GlibcFreshUsable(n, 0, page), malloc_usable_size(p)))
+          << "malloc(" << n << ") usable " << malloc_usable_size(p) << " round " << round;
+      void* c = calloc(1, n);
+      EXPECT_TRUE(Predicted(GlibcFreshUsable(n, 0, page), malloc_usable_size(c))) << "calloc " << n;
+      for (size_t align : {size_t{64}, size_t{4096}}) {
+        void* a = nullptr;
+        ASSERT_EQ(posix_memalign(&a, align, n), 0);
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % align, 0u);
+        EXPECT_TRUE(Predicted(GlibcFreshUsable(n, align, page), malloc_usable_size(a)))
+            << "posix_memalign(" << align << ", " << n << ") usable " << malloc_usable_size(a);
+        free(a);
+      }
+      free(c);
+      free(p);
+    }
+  }
+}
+
+TEST(GlibcFreshUsable, RefusesWhatGlibcRefuses) {
+  EXPECT_EQ(GlibcFreshUsable(~size_t{0} - 10, 0, 4096).count, 0);
+}
+
+TEST(ParkIndex, TakesBySizeThenAlignment) {
+  ParkIndex index;
+  index.Add(0x10010, 4198384);  // malloc'd, mmapped: 16 past a page
+  index.Add(0x20000, 4198384);  // page aligned
+  index.Add(0x30010, 1000);
+  const size_t want[] = {4194312, 4198384};
+  EXPECT_EQ(index.Take(want, 2, 4096), 0x20000u) << "the aligned one";
+  EXPECT_EQ(index.Take(want, 2, 4096), 0u) << "no other aligned block";
+  EXPECT_EQ(index.Take(want, 2, 0), 0x10010u);
+  EXPECT_EQ(index.Take(want, 2, 0), 0u);
+  const size_t other[] = {999};
+  EXPECT_EQ(index.Take(other, 1, 0), 0u) << "a usable size must be equal, not merely enough";
+  EXPECT_TRUE(index.Remove(0x30010, 1000));
+  EXPECT_FALSE(index.Remove(0x30010, 1000));
+  EXPECT_TRUE(index.empty());
+}
+
+class FakeDriver final : public PoolDriver {
+ public:
+  int Unregister(uintptr_t ptr, Context, ReleaseWait*) override {
+    log.push_back(absl::StrFormat("unregister 0x%x", ptr));
+    return model.Unregister(ptr);
+  }
+  bool ReadFrames(uintptr_t, size_t, std::vector<uint64_t>*) override { return false; }
+  int64_t NowNs() override { return now; }
+  DriverModel model;
+  std::vector<std::string> log;
+  int64_t now = 0;
+};
+
+std::vector<std::string>* g_log = nullptr;
+void RecordFree(void* block) {
+  g_log->push_back(absl::StrFormat("free 0x%x", reinterpret_cast<uintptr_t>(block)));
+}
+
+constexpr uintptr_t kA = 0x100010;  // a malloc'd block: 16 bytes past a page
+constexpr uintptr_t kB = 0x900010;
+constexpr size_t kBytes = 4 << 20;
+const size_t kUsable = GlibcFreshUsable(kBytes, 0, 4096).usable[2];  // the mmapped one
+const Context kCtx = reinterpret_cast<Context>(0x11);
+
+class ReusePoolTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Make(PoolLimits{}); }
+  void Make(PoolLimits limits) {
+    pool_ = std::make_unique<Pool>(&driver_, nullptr, limits);
+    g_log = &driver_.log;
+    pool_->EnableReuse(ReuseHooks{&RecordFree, &gauge_});
+  }
+  Outcome Reg(uintptr_t ptr, size_t bytes) {
+    return pool_->Register(RegisterRequest{ptr, bytes, 0, kCtx, 0}, [&] {
+      driver_.log.push_back(absl::StrFormat("register 0x%x", ptr));
+      return driver_.model.Register(ptr, bytes, 0, kCtx);
+    });
+  }
+  Outcome Unreg(uintptr_t ptr) {
+    return pool_->Unregister(ptr, [&] { return driver_.model.Unregister(ptr); });
+  }
+  void DeferAndPark(uintptr_t ptr) {
+    ASSERT_EQ(Reg(ptr, kBytes).action, Action::kMiss);
+    ASSERT_EQ(Unreg(ptr).action, Action::kDeferred);
+    ASSERT_TRUE(pool_->Park(ptr, kUsable));
+  }
+  FreshSizes Fresh(size_t bytes = kBytes) { return GlibcFreshUsable(bytes, 0, 4096); }
+
+  FakeDriver driver_;
+  std::atomic<int64_t> gauge_{0};
+  std::unique_ptr<Pool> pool_;
+};
+
+TEST_F(ReusePoolTest, ParkedBlockComesBackAndItsRegisterIsAHit) {
+  DeferAndPark(kA);
+  EXPECT_EQ(gauge_.load(), 1);
+  EXPECT_TRUE(pool_->MaybeParked(Fresh()));
+  EXPECT_EQ(pool_->Unpark(Fresh(100), 0), 0u) << "another size class";
+  EXPECT_EQ(pool_->Unpark(Fresh(), 4096), 0u) << "not page aligned";
+  EXPECT_EQ(pool_->Unpark(Fresh(), 0), kA);
+  EXPECT_EQ(gauge_.load(), 0);
+  EXPECT_EQ(pool_->Unpark(Fresh(), 0), 0u) << "served once";
+  driver_.log.clear();
+  const Outcome hit = Reg(kA, kBytes);
+  EXPECT_EQ(hit.action, Action::kHit);
+  EXPECT_TRUE(driver_.log.empty()) << "no driver call, no free";
+  const PoolCounters c = pool_->Counters();
+  EXPECT_EQ(c.parked, 1u);
+  EXPECT_EQ(c.served, 1u);
+  EXPECT_EQ(c.parked_now, 0u);
+}
+
+TEST_F(ReusePoolTest, ServedBlockStaysDeferredUntilRegistered) {
+  DeferAndPark(kA);
+  ASSERT_EQ(pool_->Unpark(Fresh(), 0), kA);
+  // Pinned memory the program believes pageable: the copy guard's test still says so.
+  EXPECT_TRUE(pool_->MaybeHolds(kA, kA + 1));
+  EXPECT_TRUE(pool_->HoldsDeferred(kA, kA + 1));
+  // Freed again without registering: parked again.
+  EXPECT_TRUE(pool_->Park(kA, kUsable));
+}
+
+TEST_F(ReusePoolTest, ParksOnlyAWholeDeferredEntryBasedAtTheBlock) {
+  ASSERT_EQ(Reg(kA, kBytes).action, Action::kMiss);
+  EXPECT_FALSE(pool_->Park(kA, kUsable)) << "in use: the program still holds it";
+  ASSERT_EQ(Unreg(kA).action, Action::kDeferred);
+  EXPECT_FALSE(pool_->Park(kA - 16, kUsable + 16)) << "an entry not based at the block";
+  EXPECT_FALSE(pool_->Park(kA, kBytes - 1)) << "an entry longer than the block";
+  EXPECT_TRUE(pool_->Park(kA, kUsable));
+  EXPECT_FALSE(pool_->Park(kA, kUsable)) << "already parked";
+  Pool off(&driver_, nullptr, PoolLimits{});
+  EXPECT_FALSE(off.Park(kA, kUsable)) << "reuse not enabled";
+}
+
+TEST_F(ReusePoolTest, ReleasedParkedBlockIsUnregisteredThenFreed) {
+  DeferAndPark(kA);
+  driver_.log.clear();
+  driver_.now = 20;
+  EXPECT_EQ(pool_->CollectIdle(10), 1);
+  EXPECT_EQ(driver_.log, (std::vector<std::string>{"unregister 0x100010", "free 0x100010"}));
+  EXPECT_EQ(gauge_.load(), 0);
+  EXPECT_EQ(pool_->Unpark(Fresh(), 0), 0u);
+  EXPECT_EQ(pool_->Counters().pooled_entries, 0u);
+}
+
+TEST_F(ReusePoolTest, BoundsCountParkedBlocks) {
+  PoolLimits limits;
+  limits.max_entries = 1;
+  Make(limits);
+  DeferAndPark(kA);
+  driver_.log.clear();
+  ASSERT_EQ(Reg(kB, kBytes).action, Action::kMiss);
+  ASSERT_EQ(Unreg(kB).action, Action::kDeferred);  // over the bound: the oldest goes
+  EXPECT_EQ(driver_.log,
+            (std::vector<std::string>{"register 0x900010", "unregister 0x100010", "free 0x100010"}));
+  EXPECT_EQ(gauge_.load(), 0);
+}
+
+TEST_F(ReusePoolTest, RegisterOfAParkedBlockIsNoHit) {
+  // Registering memory the program freed is the driver's affair: the parked
+  // block is released (unregistered, then freed), then the call forwarded.
+  DeferAndPark(kA);
+  driver_.log.clear();
+  const Outcome out = Reg(kA, kBytes);
+  EXPECT_EQ(out.action, Action::kMiss);
+  EXPECT_EQ(driver_.log, (std::vector<std::string>{"unregister 0x100010", "free 0x100010",
+                                                   "register 0x100010"}));
+}
+
+TEST_F(ReusePoolTest, InvalidatedParkedBlockIsFreedAfterTheUnregister) {
+  DeferAndPark(kA);
+  driver_.log.clear();
+  EXPECT_EQ(pool_->ReleaseAll(EvictReason::kFork), 1);
+  EXPECT_EQ(driver_.log, (std::vector<std::string>{"unregister 0x100010", "free 0x100010"}));
+}
+
+TEST_F(ReusePoolTest, ForkChildNeverServes) {
+  DeferAndPark(kA);
+  pool_->AbandonAfterFork();
+  EXPECT_EQ(gauge_.load(), 0);
+  EXPECT_EQ(pool_->Unpark(Fresh(), 0), 0u);
+}
+
+}  // namespace
+}  // namespace lazypin
