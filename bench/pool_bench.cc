@@ -5,9 +5,15 @@
 //  - BM_MaybeHolds/N: the lock-free check every memory hook makes, for a range
 //    that no pooled entry overlaps;
 //  - BM_InvalidateMiss/N: Invalidate of a range that holds nothing (the
-//    locked path a hook takes when the filter says "maybe").
+//    locked path a hook takes when the filter says "maybe");
+//  - BM_ServeMiss: what every allocation pays while some block is parked
+//    (LAZYPIN_REUSE_FREED) and none fits it: MemoryGuard::Serve's size
+//    arithmetic and lock-free filter;
+//  - BM_ParkServeHitCycle: the whole reuse cycle's lazypin side: a free that
+//    parks, an allocation served, the register's hit and the deferral.
 #include <benchmark/benchmark.h>
 
+#include "memory_guard.h"
 #include "pool.h"
 
 namespace lazypin {
@@ -79,6 +85,38 @@ void BM_InvalidateMiss(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_InvalidateMiss)->Arg(0)->Arg(10000);
+
+void NoFree(void*) {}
+
+void BM_ServeMiss(benchmark::State& state) {
+  InstantDriver driver;
+  auto pool = MakePool(&driver, 1);
+  pool->EnableReuse(ReuseHooks{&NoFree, nullptr});
+  if (!pool->Park(kBase, kBytes + 8)) state.SkipWithError("not parked");
+  MemoryGuard guard(pool.get(), nullptr, nullptr, /*reuse=*/true);
+  size_t n = 64;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(guard.Serve(n, 0));
+    n = n == 64 ? 4096 : 64;
+  }
+}
+BENCHMARK(BM_ServeMiss);
+
+void BM_ParkServeHitCycle(benchmark::State& state) {
+  InstantDriver driver;
+  auto pool = MakePool(&driver, 1);
+  pool->EnableReuse(ReuseHooks{&NoFree, nullptr});
+  MemoryGuard guard(pool.get(), nullptr, nullptr, /*reuse=*/true);
+  const size_t usable = GlibcFreshUsable(kBytes, 0, 4096).usable[0];
+  RegisterRequest req{kBase, kBytes, 0, kCtx, 0};
+  for (auto _ : state) {
+    pool->Park(kBase, usable);
+    benchmark::DoNotOptimize(guard.Serve(kBytes, 0));
+    pool->Register(req, [] { return 0; });
+    pool->Unregister(req.ptr, [] { return 0; });
+  }
+}
+BENCHMARK(BM_ParkServeHitCycle);
 
 }  // namespace
 }  // namespace lazypin

@@ -205,13 +205,17 @@ const Option kOptions[] = {
        return Store(ParseBool(t), &c->unregister_wait);
      },
      [](const Config& c) { return JsonBool(c.unregister_wait); }},
-    {"LAZYPIN_REUSE_FREED", "reuse_freed", "1", "1", "0 or 1",
-     "1 (defer mode, glibc's malloc): a block the program frees while the pool holds its "
-     "registration stays registered and is handed back to a later allocation of the same size "
-     "and alignment, so that registering it again is a hit; 0: such a free is unregistered and "
-     "freed",
-     [](std::string_view t, uint64_t, Config* c) { return Store(ParseBool(t), &c->reuse_freed); },
-     [](const Config& c) { return JsonBool(c.reuse_freed); }},
+    {"LAZYPIN_REUSE_FREED", "reuse_freed", "5%", "5% of RAM",
+     "0 (off), or a size in bytes with an optional K, M, G or T suffix or a percentage of RAM "
+     "from 1% to 100%",
+     "defer mode, glibc's malloc: a block the program frees while the pool holds its "
+     "registration stays registered (up to this many bytes of such blocks, within the pool's "
+     "bounds) and is handed back to a later allocation of the same size and alignment, so that "
+     "registering it again is a hit; 0: such a free is unregistered and freed",
+     [](std::string_view t, uint64_t ram, Config* c) {
+       return Store(ParseSize(t, ram), &c->reuse_freed);
+     },
+     [](const Config& c) { return std::to_string(c.reuse_freed); }},
 };
 const size_t kOptionCount = sizeof(kOptions) / sizeof(kOptions[0]);
 

@@ -35,7 +35,7 @@ struct Config {
   WatchMode watch = WatchMode::kAuto;
   bool defer_shared = false;      // defer shared and file-backed pages too
   bool unregister_wait = false;   // a deferred unregister waits for the work in flight first
-  bool reuse_freed = false;       // freed blocks still held by a deferred registration come back
+  uint64_t reuse_freed = 0;       // bytes of freed blocks kept registered for reuse; 0: off
 };
 
 // One row per LAZYPIN_* variable of the shim: the one place that names it,

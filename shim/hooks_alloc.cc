@@ -125,8 +125,12 @@ bool AllocatorReuseCheck(std::string* why) {
 
 using namespace lazypin;  // NOLINT: the hooks below are C symbols
 
-LAZYPIN_EXPORT void* malloc(size_t bytes) {
-  if (__builtin_expect(AnyParked(), 0)) {
+// Each hook: the fast path (nothing parked and the real function known: one
+// relaxed load, then a tail call through the real function), else its slow
+// path out of line: a parked block, the lookup, or the arena.
+
+__attribute__((noinline)) static void* MallocSlow(size_t bytes) {
+  if (AnyParked()) {
     if (void* block = ServeParked(bytes, 0, false)) return block;
   }
   if (MallocFn real = RealOrNull(g_malloc, "malloc")) return real(bytes);
@@ -135,19 +139,34 @@ LAZYPIN_EXPORT void* malloc(size_t bytes) {
   return p;
 }
 
-LAZYPIN_EXPORT void* calloc(size_t count, size_t size) {
+LAZYPIN_EXPORT void* malloc(size_t bytes) {
+  if (__builtin_expect(!AnyParked(), 1)) {
+    if (MallocFn real = g_malloc.Peek()) return real(bytes);
+  }
+  return MallocSlow(bytes);
+}
+
+__attribute__((noinline)) static void* CallocSlow(size_t count, size_t size) {
   size_t bytes;
-  if (__builtin_expect(AnyParked(), 0) && !__builtin_mul_overflow(count, size, &bytes)) {
+  if (__builtin_mul_overflow(count, size, &bytes)) bytes = ~size_t{0};
+  if (AnyParked() && bytes != ~size_t{0}) {
     if (void* block = ServeParked(bytes, 0, true)) return block;
   }
   if (CallocFn real = RealOrNull(g_calloc, "calloc")) return real(count, size);
-  void* p = __builtin_mul_overflow(count, size, &bytes) ? nullptr : BootstrapAlloc(bytes, 0);
+  void* p = bytes == ~size_t{0} ? nullptr : BootstrapAlloc(bytes, 0);  // the arena is zero
   if (p == nullptr) errno = ENOMEM;
   return p;
 }
 
-LAZYPIN_EXPORT int posix_memalign(void** out, size_t align, size_t bytes) {
-  if (__builtin_expect(AnyParked(), 0) && PowerOfTwo(align) && align % sizeof(void*) == 0) {
+LAZYPIN_EXPORT void* calloc(size_t count, size_t size) {
+  if (__builtin_expect(!AnyParked(), 1)) {
+    if (CallocFn real = g_calloc.Peek()) return real(count, size);
+  }
+  return CallocSlow(count, size);
+}
+
+__attribute__((noinline)) static int PosixMemalignSlow(void** out, size_t align, size_t bytes) {
+  if (AnyParked() && PowerOfTwo(align) && align % sizeof(void*) == 0) {
     if (void* block = ServeParked(bytes, align, false)) {
       *out = block;
       return 0;
@@ -162,8 +181,18 @@ LAZYPIN_EXPORT int posix_memalign(void** out, size_t align, size_t bytes) {
   return 0;
 }
 
-static void* AlignedHook(real::Lazy<AlignFn>& lazy, const char* name, size_t align, size_t bytes) {
-  if (__builtin_expect(AnyParked(), 0) && PowerOfTwo(align)) {
+LAZYPIN_EXPORT int posix_memalign(void** out, size_t align, size_t bytes) {
+  if (__builtin_expect(!AnyParked(), 1)) {
+    if (PosixMemalignFn real = g_posix_memalign.Peek()) return real(out, align, bytes);
+  }
+  return PosixMemalignSlow(out, align, bytes);
+}
+
+// memalign and aligned_alloc (glibc: the same function), valloc and pvalloc
+// (an alignment of a page; pvalloc rounds the request up to whole pages).
+__attribute__((noinline)) static void* AlignedSlow(real::Lazy<AlignFn>& lazy, const char* name,
+                                                   size_t align, size_t bytes) {
+  if (AnyParked() && PowerOfTwo(align)) {
     if (void* block = ServeParked(bytes, align, false)) return block;
   }
   if (AlignFn real = RealOrNull(lazy, name)) return real(align, bytes);
@@ -173,31 +202,43 @@ static void* AlignedHook(real::Lazy<AlignFn>& lazy, const char* name, size_t ali
 }
 
 LAZYPIN_EXPORT void* aligned_alloc(size_t align, size_t bytes) {
-  return AlignedHook(g_aligned_alloc, "aligned_alloc", align, bytes);
+  if (__builtin_expect(!AnyParked(), 1)) {
+    if (AlignFn real = g_aligned_alloc.Peek()) return real(align, bytes);
+  }
+  return AlignedSlow(g_aligned_alloc, "aligned_alloc", align, bytes);
 }
 
 LAZYPIN_EXPORT void* memalign(size_t align, size_t bytes) {
-  return AlignedHook(g_memalign, "memalign", align, bytes);
+  if (__builtin_expect(!AnyParked(), 1)) {
+    if (AlignFn real = g_memalign.Peek()) return real(align, bytes);
+  }
+  return AlignedSlow(g_memalign, "memalign", align, bytes);
+}
+
+__attribute__((noinline)) static void* PageAlignedSlow(real::Lazy<MallocFn>& lazy, const char* name,
+                                                       size_t bytes, size_t serve_bytes) {
+  const size_t page = PageSize();
+  if (AnyParked() && serve_bytes != 0) {
+    if (void* block = ServeParked(serve_bytes, page, false)) return block;
+  }
+  if (MallocFn real = RealOrNull(lazy, name)) return real(bytes);
+  void* p = BootstrapAlloc(serve_bytes != 0 ? serve_bytes : bytes, page);
+  if (p == nullptr) errno = ENOMEM;
+  return p;
 }
 
 LAZYPIN_EXPORT void* valloc(size_t bytes) {
-  if (__builtin_expect(AnyParked(), 0)) {
-    if (void* block = ServeParked(bytes, PageSize(), false)) return block;
+  if (__builtin_expect(!AnyParked(), 1)) {
+    if (MallocFn real = g_valloc.Peek()) return real(bytes);
   }
-  if (MallocFn real = RealOrNull(g_valloc, "valloc")) return real(bytes);
-  void* p = BootstrapAlloc(bytes, PageSize());
-  if (p == nullptr) errno = ENOMEM;
-  return p;
+  return PageAlignedSlow(g_valloc, "valloc", bytes, bytes);
 }
 
 LAZYPIN_EXPORT void* pvalloc(size_t bytes) {
-  const size_t page = PageSize();
-  if (__builtin_expect(AnyParked(), 0) && bytes <= ~size_t{0} - page) {
-    // glibc's pvalloc rounds the request up to whole pages.
-    if (void* block = ServeParked((bytes + page - 1) & ~(page - 1), page, false)) return block;
+  if (__builtin_expect(!AnyParked(), 1)) {
+    if (MallocFn real = g_pvalloc.Peek()) return real(bytes);
   }
-  if (MallocFn real = RealOrNull(g_pvalloc, "pvalloc")) return real(bytes);
-  void* p = BootstrapAlloc((bytes + page - 1) & ~(page - 1), page);
-  if (p == nullptr) errno = ENOMEM;
-  return p;
+  const size_t page = PageSize();
+  const size_t rounded = bytes <= ~size_t{0} - page ? (bytes + page - 1) & ~(page - 1) : 0;
+  return PageAlignedSlow(g_pvalloc, "pvalloc", bytes, rounded);
 }

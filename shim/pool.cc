@@ -102,6 +102,7 @@ bool Pool::UnparkLocked(Entry& e) {
   if (e.parked == 0) return false;
   park_.Remove(e.base, e.parked);
   park_filter_[ParkSlot(e.parked)].fetch_sub(1, std::memory_order_relaxed);
+  counters_.parked_bytes -= e.parked;
   e.parked = 0;
   counters_.parked_now -= 1;
   if (reuse_.gauge != nullptr) reuse_.gauge->fetch_sub(1, std::memory_order_relaxed);
@@ -125,12 +126,14 @@ bool Pool::Park(uintptr_t block, size_t usable) {
   if (it == entries_.end() || it->first != block) return false;
   Entry& e = it->second;
   if (e.state != State::kDeferred || e.parked != 0 || e.bytes > usable) return false;
+  if (counters_.parked_bytes + usable > reuse_.max_bytes) return false;
   if (auto next = std::next(it); next != entries_.end() && next->first < hi) return false;
   e.parked = usable;
   park_.Add(block, usable);
   park_filter_[ParkSlot(usable)].fetch_add(1, std::memory_order_relaxed);
   counters_.parked += 1;
   counters_.parked_now += 1;
+  counters_.parked_bytes += usable;
   if (reuse_.gauge != nullptr) reuse_.gauge->fetch_add(1, std::memory_order_relaxed);
   return true;
 }

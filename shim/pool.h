@@ -82,6 +82,9 @@ class PoolDriver {
 struct ReuseHooks {
   void (*free_block)(void* block) = nullptr;
   std::atomic<int64_t>* gauge = nullptr;
+  // At most this many bytes (usable sizes) parked at once: memory the program
+  // believes freed (LAZYPIN_REUSE_FREED). A free past it is handled as before.
+  uint64_t max_bytes = ~uint64_t{0};
 };
 
 // Told of what the pool does outside the program's own calls (for the log).
@@ -123,6 +126,7 @@ struct PoolCounters {
   uint64_t forced_releases = 0;  // evictions whose wait for the GPU did not finish
   uint64_t parked = 0, served = 0;  // frees kept (parked) and handed back to an allocation
   uint64_t parked_now = 0;          // blocks parked at this moment
+  uint64_t parked_bytes = 0;        // their usable bytes
 };
 
 class Pool {
@@ -195,7 +199,8 @@ class Pool {
   bool ReuseEnabled() const { return reuse_.free_block != nullptr; }
   // free(block) of `usable` bytes (malloc_usable_size): parks it if reuse is
   // on and one deferred entry, based at `block` and no longer than `usable`,
-  // is all the pool holds there (nothing in flight or evicting on it). True:
+  // is all the pool holds there (nothing in flight or evicting on it), within
+  // ReuseHooks::max_bytes. True:
   // the caller must not free it. Never waits for an eviction.
   bool Park(uintptr_t block, size_t usable);
   // An allocation whose fresh block could have any of `sizes`' usable sizes

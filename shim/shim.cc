@@ -269,11 +269,11 @@ void Shim::Init() {
     pool_driver_ = MakeCudaPoolDriver(watch_.get(), config_.defer_shared);
     pool_ = std::make_unique<Pool>(pool_driver_.get(), this, limits);
     bool reuse = false;
-    if (config_.reuse_freed) {
+    if (config_.reuse_freed != 0) {
       std::string why_not;
       reuse = AllocatorReuseCheck(&why_not);
       if (reuse) {
-        pool_->EnableReuse(ReuseHooks{&RealFree, &g_parked_blocks});
+        pool_->EnableReuse(ReuseHooks{&RealFree, &g_parked_blocks, config_.reuse_freed});
       } else {  // said once, in the log: the program runs as with LAZYPIN_REUSE_FREED=0
         warnings_.push_back(fmt::format(
             "lazypin: LAZYPIN_REUSE_FREED steps aside: {}; freed blocks are unregistered and freed",

@@ -5,6 +5,8 @@
 // the same with and without it (the tests compare them).
 //
 //   reuse --mode cycle --sizes 4K,1M,4M --iters 20   the cycle; RESULT median per size
+//   reuse --mode kept ...                             the fill and copy alone, from a
+//                                                     block kept registered (the target)
 //   reuse --mode calloc|align|usable|realloc|pageable|signal|threads|fork|idle
 //         allocator semantics around the cycle (see each mode below)
 #include <malloc.h>
@@ -27,37 +29,54 @@ namespace {
 void* g_device = nullptr;
 size_t g_device_bytes = 0;
 
+// The whole block written, as a real client fills it (and as a fresh
+// block's pages are first touched), with a pattern that differs per seed.
 void Fill(void* p, size_t n, unsigned seed) {
   auto* b = static_cast<unsigned char*>(p);
-  for (size_t i = 0; i < n; i += 512) b[i] = static_cast<unsigned char>(seed + i / 512);
+  memset(b, static_cast<int>(seed & 0xff), n);
+  for (size_t i = 0; i < n; i += 4096) b[i] = static_cast<unsigned char>(seed + i / 4096);
   b[n - 1] = static_cast<unsigned char>(seed ^ 0x5a);
 }
 
-// Copies p to the device and back into a pageable buffer; true if equal.
-bool RoundTrip(const void* p, size_t n) {
-  if (g_device_bytes < n) {
-    if (g_device != nullptr) CHECK(cudaFree(g_device));
-    CHECK(cudaMalloc(&g_device, n));
-    g_device_bytes = n;
-  }
-  CHECK(cudaMemcpy(g_device, p, n, cudaMemcpyHostToDevice));
+void EnsureDevice(size_t n) {
+  if (g_device_bytes >= n) return;
+  if (g_device != nullptr) CHECK(cudaFree(g_device));
+  CHECK(cudaMalloc(&g_device, n));
+  g_device_bytes = n;
+}
+
+// The device copy back into a pageable buffer equals p (not timed).
+bool Verify(const void* p, size_t n) {
   std::vector<unsigned char> back(n);
   CHECK(cudaMemcpy(back.data(), g_device, n, cudaMemcpyDeviceToHost));
   return memcmp(back.data(), p, n) == 0;
 }
 
-// One cycle on a block from `alloc`; false if the bytes did not come back.
+// Copies p to the device and checks it came back.
+bool RoundTrip(const void* p, size_t n) {
+  EnsureDevice(n);
+  CHECK(cudaMemcpy(g_device, p, n, cudaMemcpyHostToDevice));
+  return Verify(p, n);
+}
+
+// One cycle on a block from `alloc`: allocate, fill, register, copy to the
+// device, unregister, free. `us` gets its time, the check of the copy left
+// out. False if the bytes did not come back.
 template <typename Alloc>
 bool Cycle(size_t n, unsigned seed, Alloc alloc, double* us = nullptr) {
+  EnsureDevice(n);
   const double t0 = tapp::now_us();
   void* p = alloc(n);
   if (p == nullptr) return false;
   Fill(p, n, seed);
   CHECK(cudaHostRegister(p, n, cudaHostRegisterDefault));
-  const bool ok = RoundTrip(p, n);
+  CHECK(cudaMemcpy(g_device, p, n, cudaMemcpyHostToDevice));
+  const double t1 = tapp::now_us();
+  const bool ok = Verify(p, n);
+  const double t2 = tapp::now_us();
   CHECK(cudaHostUnregister(p));
   free(p);
-  if (us != nullptr) *us = tapp::now_us() - t0;
+  if (us != nullptr) *us = (t1 - t0) + (tapp::now_us() - t2);
   return ok;
 }
 
@@ -91,7 +110,34 @@ int ModeCycle(const tapp::Args& args) {
     std::sort(times.begin(), times.end());
     std::printf("cycle size=%s iters=%d bytes=%s\n", tapp::size_name(n).c_str(), iters,
                 ok ? "ok" : "WRONG");
-    std::printf("RESULT cycle size=%s median_us=%.1f min_us=%.1f\n", tapp::size_name(n).c_str(),
+    std::printf("RESULT mode=cycle size=%s median_us=%.1f min_us=%.1f\n", tapp::size_name(n).c_str(),
+                times[times.size() / 2], times[0]);
+  }
+  return 0;
+}
+
+// The baseline: the same fill and copy from one block kept registered.
+int ModeKept(const tapp::Args& args) {
+  const int iters = static_cast<int>(args.num("iters", 20));
+  for (size_t n : Sizes(args, "4K,64K,1M,4M")) {
+    EnsureDevice(n);
+    void* p = malloc(n);
+    CHECK(cudaHostRegister(p, n, cudaHostRegisterDefault));
+    std::vector<double> times;
+    bool ok = true;
+    for (int i = 0; i < iters; ++i) {
+      const double t0 = tapp::now_us();
+      Fill(p, n, static_cast<unsigned>(i));
+      CHECK(cudaMemcpy(g_device, p, n, cudaMemcpyHostToDevice));
+      times.push_back(tapp::now_us() - t0);
+      ok = Verify(p, n) && ok;
+    }
+    CHECK(cudaHostUnregister(p));
+    free(p);
+    std::sort(times.begin(), times.end());
+    std::printf("kept size=%s iters=%d bytes=%s\n", tapp::size_name(n).c_str(), iters,
+                ok ? "ok" : "WRONG");
+    std::printf("RESULT mode=kept size=%s median_us=%.1f min_us=%.1f\n", tapp::size_name(n).c_str(),
                 times[times.size() / 2], times[0]);
   }
   return 0;
@@ -325,13 +371,14 @@ int ModeIdle(const tapp::Args& args) {
 
 int main(int argc, char** argv) {
   tapp::Args args(argc, argv, {"mode", "sizes", "iters", "threads", "pause-ms"}, {"fixed-threshold"},
-                  "reuse --mode cycle|calloc|align|usable|realloc|pageable|signal|threads|fork|idle\n"
+                  "reuse --mode cycle|kept|calloc|align|usable|realloc|pageable|signal|threads|fork|idle\n"
                   "      [--sizes 4K,1M,4M] [--iters N] [--threads N] [--pause-ms N] [--fixed-threshold]\n");
   CHECK(cudaSetDevice(0));
   CHECK(cudaFree(nullptr));
   const std::string mode = args.str("mode", "cycle");
   int rc = 1;
   if (mode == "cycle") rc = ModeCycle(args);
+  else if (mode == "kept") rc = ModeKept(args);
   else if (mode == "calloc") rc = ModeCalloc(args);
   else if (mode == "align") rc = ModeAlign(args);
   else if (mode == "usable") rc = ModeUsable(args);

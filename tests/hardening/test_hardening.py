@@ -163,9 +163,10 @@ class Reentrancy(Base):
         self.assertClean(run)
         figure("signal(bare) " + run.out.strip().splitlines()[0])
 
-    def signal_run(self, argv, timeout):
+    def signal_run(self, argv, timeout, reuse=None):
+        extra = {} if reuse is None else {"LAZYPIN_REUSE_FREED": reuse}
         try:
-            run = self.run_app(argv, timeout=timeout, LAZYPIN_MODE="defer")
+            run = self.run_app(argv, timeout=timeout, LAZYPIN_MODE="defer", **extra)
         except subprocess.TimeoutExpired:
             self.fail("hung: free() from a signal handler deadlocked")
         self.assertClean(run)
@@ -174,7 +175,12 @@ class Reentrancy(Base):
         self.assertGreater(handler_frees, 100, line)
         s = run.summary()
         self.assertIsNotNone(s)
-        self.assertGreater(s["pool"]["evictions"]["free"], 100, json.dumps(s["pool"]))
+        # Each handler free of pooled memory went to the collector, or was
+        # parked (LAZYPIN_REUSE_FREED: kept registered for a later malloc).
+        self.assertGreater(s["pool"]["evictions"].get("free", 0) + s["pool"]["parked"], 100,
+                           json.dumps(s["pool"]))
+        if reuse == "0":
+            self.assertGreater(s["pool"]["evictions"]["free"], 100, json.dumps(s["pool"]))
         return run, line, s
 
     @unittest.skipIf(sanitizer_env.ACTIVE, "the app's handler frees only glibc's mmap'd chunks")
@@ -185,10 +191,13 @@ class Reentrancy(Base):
         # the driver (it would wait for that lock: a self-deadlock): the free
         # hook hands the block to lazypin's collector thread, which unregisters
         # and then frees it.
-        run, line, s = self.signal_run(
-            [happ("reentry"), "signal", "--seconds", "1", "--block-cuda"], timeout=20)
-        figure("signal(defer, --block-cuda) %s evictions.free=%d" % (
-            line, s["pool"]["evictions"]["free"]))
+        for reuse in ("0", None):
+            run, line, s = self.signal_run(
+                [happ("reentry"), "signal", "--seconds", "1", "--block-cuda"], timeout=20,
+                reuse=reuse)
+            figure("signal(defer, --block-cuda, reuse %s) %s evictions.free=%d parked=%d" % (
+                "off" if reuse else "on", line, s["pool"]["evictions"].get("free", 0),
+                s["pool"]["parked"]))
 
     @unittest.skipIf(sanitizer_env.ACTIVE, "the app's handler frees only glibc's mmap'd chunks")
     def test_signal_handler_free_inside_lazypin(self):
@@ -198,9 +207,11 @@ class Reentrancy(Base):
         # invalidate would leave the old registration in the driver: the next
         # buffer at that address gets 712 or a stale copy (simcuda aborts).
         runs = []
-        for _ in range(3):
-            run, line, s = self.signal_run([happ("reentry"), "signal", "--seconds", "2"], timeout=30)
-            runs.append("%s evictions.free=%d" % (line, s["pool"]["evictions"]["free"]))
+        for reuse in ("0", None, None):
+            run, line, s = self.signal_run([happ("reentry"), "signal", "--seconds", "2"], timeout=30,
+                                           reuse=reuse)
+            runs.append("%s evictions.free=%d parked=%d" % (
+                line, s["pool"]["evictions"].get("free", 0), s["pool"]["parked"]))
         figure("signal(defer) x3: " + " | ".join(runs))
 
     def test_signal_handler_madvise_inside_lazypin(self):
@@ -255,7 +266,7 @@ class Reentrancy(Base):
         bare, run = self.compare([happ("reentry"), "rtldnext"])
         self.assertEqual(run.out, bare.out)
         s = run.summary()
-        self.assertGreaterEqual(s["pool"]["evictions"].get("free", 0), 1)
+        self.assertGreaterEqual(s["pool"]["evictions"].get("free", 0) + s["pool"]["parked"], 1)
         figure("rtldnext rounds=50 evictions=%s" % json.dumps(s["pool"]["evictions"]))
 
 
@@ -783,14 +794,17 @@ class Exhaustion(Base):
         # The collector frees pooled blocks after unregistering them; past 64 MiB
         # pending, free() waits for that, so a program that frees a big buffer
         # and allocates another does not need both at once.
+        # Freed blocks kept for reuse are bounded by LAZYPIN_REUSE_FREED: a
+        # 160 MiB block past a 100 MiB bound is released as without reuse.
         argv = [happ("exhaust"), "--big-free", "160"]
         bare = self.run_app(argv, shim=False)
         self.assertEqual(bare.rc, 0, bare.why())
-        run = self.run_app(argv, LAZYPIN_MODE="defer")
-        self.assertClean(run)
-        self.assertEqual(run.out, bare.out)
-        self.assertEqual(run.out.count("released=yes"), 3, run.out)
-        self.assertEqual(run.summary()["pool"]["evictions"].get("free"), 3)
+        for reuse in ("0", "100M"):
+            run = self.run_app(argv, LAZYPIN_MODE="defer", LAZYPIN_REUSE_FREED=reuse)
+            self.assertClean(run)
+            self.assertEqual(run.out, bare.out)
+            self.assertEqual(run.out.count("released=yes"), 3, run.out)
+            self.assertEqual(run.summary()["pool"]["evictions"].get("free"), 3)
         figure("big-free 3 x 160 MiB: " + run.out.strip().replace("\n", " | "))
 
     def test_make_room_leaves_no_last_error(self):

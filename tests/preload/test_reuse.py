@@ -61,6 +61,16 @@ class ReuseTest(AppTestCase):
         self.assertNotIn("free", pool["evictions"], "no free went to the collector")
         self.assertFalse(any("REUSE" in w for w in warnings(run)), warnings(run))
 
+    def test_served_blocks_are_the_same_frames(self):
+        # The sim compares /proc/self/pagemap frames on every copy (as root),
+        # and LAZYPIN_CHECK_PFN=1 makes the pool compare them on every hit.
+        run = self.same([REUSE, "--mode", "cycle", "--sizes", "64K,4M", "--iters", "4"],
+                        LAZYPIN_CHECK_PFN="1")
+        if os.geteuid() == 0:
+            self.assertNotIn("stale detection disabled", run.err)
+        self.assertEqual(registers(run), (["miss"] + ["hit"] * 3) * 2)
+        self.assertFalse([w for w in warnings(run) if "CHECK_PFN" in w], warnings(run))
+
     def test_reuse_off_is_todays_behaviour(self):
         run = self.same([REUSE, "--mode", "cycle", "--sizes", "4M", "--iters", "3"],
                         LAZYPIN_REUSE_FREED="0")
@@ -144,7 +154,15 @@ class ReuseTest(AppTestCase):
 
     def test_header_config_names_the_option(self):
         run = self.same([REUSE, "--mode", "cycle", "--sizes", "4K", "--iters", "1"])
-        self.assertTrue(run.records[0]["config"]["reuse_freed"])
+        self.assertGreater(run.records[0]["config"]["reuse_freed"], 0)
+
+    def test_reuse_bound_in_bytes(self):
+        # Blocks the program believes freed are kept up to LAZYPIN_REUSE_FREED
+        # bytes: a 4 MiB block does not fit in 1 MiB, so its free is released.
+        run = self.same([REUSE, "--mode", "cycle", "--sizes", "256K,4M", "--iters", "3"],
+                        LAZYPIN_REUSE_FREED="1M")
+        self.assertEqual(registers(run), ["miss", "hit", "hit", "miss", "miss", "miss"])
+        self.assertEqual(self.summary(run)["evictions"].get("free"), 3)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """Running apps under an instrumented liblazypin.so (scripts/test --asan).
 
 The test apps and the simulated CUDA stack are not instrumented. ASan's
-runtime is preloaded right AFTER the shim: the shim's free/munmap hooks stay
-the process's global ones and reach ASan's allocator as "the next free", while
-malloc is ASan's (the shim defines none), so one allocator serves everything.
+runtime is preloaded right AFTER the shim: the shim's free/munmap/malloc hooks stay
+the process's global ones and reach ASan's allocator as "the next" one, so one
+allocator serves everything (freed blocks do not come back: LAZYPIN_REUSE_FREED
+steps aside for an allocator that is not glibc's).
 ASan's start-up check wants its runtime first, hence verify_asan_link_order=0.
 CMake sets LAZYPIN_SANITIZER_RUNTIME (the libasan.so path) only in such builds.
 """

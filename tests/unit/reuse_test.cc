@@ -197,6 +197,18 @@ TEST_F(ReusePoolTest, BoundsCountParkedBlocks) {
   EXPECT_EQ(gauge_.load(), 0);
 }
 
+TEST_F(ReusePoolTest, ParksWithinTheByteBound) {
+  pool_ = std::make_unique<Pool>(&driver_, nullptr, PoolLimits{});
+  pool_->EnableReuse(ReuseHooks{&RecordFree, &gauge_, kUsable + kUsable / 2});
+  DeferAndPark(kA);
+  ASSERT_EQ(Reg(kB, kBytes).action, Action::kMiss);
+  ASSERT_EQ(Unreg(kB).action, Action::kDeferred);
+  EXPECT_FALSE(pool_->Park(kB, kUsable)) << "past the bound: released as before";
+  ASSERT_EQ(pool_->Unpark(Fresh(), 0), kA);
+  EXPECT_TRUE(pool_->Park(kB, kUsable)) << "room again";
+  EXPECT_EQ(pool_->Counters().parked_bytes, kUsable);
+}
+
 TEST_F(ReusePoolTest, RegisterOfAParkedBlockIsNoHit) {
   // Registering memory the program freed is the driver's affair: the parked
   // block is released (unregistered, then freed), then the call forwarded.
