@@ -1,45 +1,89 @@
 // park_index: the blocks lazypin keeps parked (freed by the program while a
-// deferred registration holds them), indexed by malloc_usable_size and then
-// address, so that an allocation finds one of a size its own fresh block
-// could have and of the alignment it needs. Not thread-safe: the pool holds
-// its lock around every call. Allocates (btree nodes): callers are inside
-// lazypin's code, where the allocation hooks pass straight through.
+// deferred registration holds them), indexed by malloc_usable_size, so that
+// an allocation finds one of a size its own fresh block could have and of
+// the alignment it needs. Not thread-safe: the pool holds its lock around
+// every call. Allocates nothing (fixed arrays, chained buckets): Add runs in
+// the free hook, possibly in a signal handler that interrupted the allocator
+// itself, where a malloc would wait for the allocator's lock forever.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <utility>
-
-#include "absl/container/btree_set.h"
 
 namespace lazypin {
 
 class ParkIndex {
  public:
-  void Add(uintptr_t block, size_t usable) { blocks_.emplace(usable, block); }
+  static constexpr int kCapacity = 4096;  // blocks parked at once, at most
+  static constexpr int kBuckets = 256;
+
+  ParkIndex() {
+    for (int i = 0; i < kBuckets; ++i) head_[i] = -1;
+    for (int i = 0; i < kCapacity; ++i) next_[i] = i + 1 < kCapacity ? i + 1 : -1;
+    free_ = 0;
+  }
+  ParkIndex(const ParkIndex&) = delete;
+  ParkIndex& operator=(const ParkIndex&) = delete;
+
+  // False if full (then the block is not parked).
+  bool Add(uintptr_t block, size_t usable) {
+    if (free_ < 0) return false;
+    const int slot = free_;
+    free_ = next_[slot];
+    block_[slot] = block;
+    usable_[slot] = usable;
+    int& head = head_[Bucket(usable)];
+    next_[slot] = head;
+    head = slot;
+    ++size_;
+    return true;
+  }
   // False if it was not parked.
-  bool Remove(uintptr_t block, size_t usable) { return blocks_.erase({usable, block}) != 0; }
-  // Takes the lowest-addressed parked block whose usable size is one of
-  // `usable[0..count)` and whose address is a multiple of `align` (a power
-  // of two; 0 or 1: any); 0 if none.
+  bool Remove(uintptr_t block, size_t usable) {
+    for (int* link = &head_[Bucket(usable)]; *link >= 0; link = &next_[*link]) {
+      const int slot = *link;
+      if (block_[slot] == block && usable_[slot] == usable) {
+        Unlink(link);
+        return true;
+      }
+    }
+    return false;
+  }
+  // Takes a parked block whose usable size is one of `usable[0..count)` (in
+  // that order of preference) and whose address is a multiple of `align` (a
+  // power of two; 0 or 1: any); 0 if none.
   uintptr_t Take(const size_t* usable, int count, size_t align) {
     const uintptr_t mask = align > 1 ? align - 1 : 0;
     for (int i = 0; i < count; ++i) {
-      for (auto it = blocks_.lower_bound({usable[i], 0});
-           it != blocks_.end() && it->first == usable[i]; ++it) {
-        if ((it->second & mask) != 0) continue;
-        const uintptr_t block = it->second;
-        blocks_.erase(it);
+      for (int* link = &head_[Bucket(usable[i])]; *link >= 0; link = &next_[*link]) {
+        const int slot = *link;
+        if (usable_[slot] != usable[i] || (block_[slot] & mask) != 0) continue;
+        const uintptr_t block = block_[slot];
+        Unlink(link);
         return block;
       }
     }
     return 0;
   }
-  size_t size() const { return blocks_.size(); }
-  bool empty() const { return blocks_.empty(); }
+  int size() const { return size_; }
+  bool empty() const { return size_ == 0; }
 
  private:
-  absl::btree_set<std::pair<size_t, uintptr_t>> blocks_;  // (usable, block)
+  static int Bucket(size_t usable) { return static_cast<int>((usable >> 4) % kBuckets); }
+  void Unlink(int* link) {
+    const int slot = *link;
+    *link = next_[slot];
+    next_[slot] = free_;
+    free_ = slot;
+    --size_;
+  }
+
+  uintptr_t block_[kCapacity];
+  size_t usable_[kCapacity];
+  int next_[kCapacity];  // bucket chain while parked, free list otherwise
+  int head_[kBuckets];
+  int free_;
+  int size_ = 0;
 };
 
 }  // namespace lazypin

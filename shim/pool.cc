@@ -101,12 +101,16 @@ void Pool::TakeVictim(Entry& e, EvictReason reason, std::vector<Victim>* victims
 bool Pool::UnparkLocked(Entry& e) {
   if (e.parked == 0) return false;
   park_.Remove(e.base, e.parked);
+  ForgetParked(e);
+  return true;
+}
+
+void Pool::ForgetParked(Entry& e) {
   park_filter_[ParkSlot(e.parked)].fetch_sub(1, std::memory_order_relaxed);
   counters_.parked_bytes -= e.parked;
   e.parked = 0;
   counters_.parked_now -= 1;
   if (reuse_.gauge != nullptr) reuse_.gauge->fetch_sub(1, std::memory_order_relaxed);
-  return true;
 }
 
 void Pool::FreeBlocks(const std::vector<uintptr_t>& blocks) {
@@ -128,8 +132,8 @@ bool Pool::Park(uintptr_t block, size_t usable) {
   if (e.state != State::kDeferred || e.parked != 0 || e.bytes > usable) return false;
   if (counters_.parked_bytes + usable > reuse_.max_bytes) return false;
   if (auto next = std::next(it); next != entries_.end() && next->first < hi) return false;
+  if (!park_.Add(block, usable)) return false;  // full: handled as before
   e.parked = usable;
-  park_.Add(block, usable);
   park_filter_[ParkSlot(usable)].fetch_add(1, std::memory_order_relaxed);
   counters_.parked += 1;
   counters_.parked_now += 1;
@@ -143,9 +147,7 @@ uintptr_t Pool::Unpark(const FreshSizes& sizes, size_t align) {
   std::lock_guard<std::mutex> lock(mu_);
   const uintptr_t block = park_.Take(sizes.usable, sizes.count, align);
   if (block == 0) return 0;
-  Entry& e = entries_.find(block)->second;  // a parked block's entry is deferred, based at it
-  park_.Add(block, e.parked);               // UnparkLocked removes it again
-  UnparkLocked(e);
+  ForgetParked(entries_.find(block)->second);  // a parked block's entry is deferred, based at it
   counters_.served += 1;
   return block;
 }

@@ -278,6 +278,8 @@ class Pool {
   void ReleaseWatched(const std::vector<Range>& ranges);
   // Takes a parked entry's block out of the park; true if it was parked.
   bool UnparkLocked(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The bookkeeping of a block that left the index (counters, filter, gauge).
+  void ForgetParked(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeBlocks(const std::vector<uintptr_t>& blocks);
   static size_t ParkSlot(size_t usable) { return (usable >> 4) % kParkSlots; }
 

@@ -79,6 +79,25 @@ TEST(ParkIndex, TakesBySizeThenAlignment) {
   EXPECT_TRUE(index.empty());
 }
 
+TEST(ParkIndex, FullRefusesAndFreedSlotsAreReused) {
+  ParkIndex index;
+  for (int i = 0; i < ParkIndex::kCapacity; ++i) {
+    ASSERT_TRUE(index.Add(0x1000 * (i + 1), 64 + 16 * (i % 7)));
+  }
+  EXPECT_FALSE(index.Add(0x99990000, 64)) << "full: not parked";
+  const size_t want[] = {64 + 16 * 3};
+  const uintptr_t got = index.Take(want, 1, 0);
+  EXPECT_NE(got, 0u);
+  EXPECT_TRUE(index.Add(0x99990000, 64)) << "a slot again";
+  EXPECT_EQ(index.size(), ParkIndex::kCapacity);
+  for (int i = 0; i < ParkIndex::kCapacity; ++i) {
+    const uintptr_t block = 0x1000 * (i + 1);
+    if (block != got) EXPECT_TRUE(index.Remove(block, 64 + 16 * (i % 7))) << i;
+  }
+  EXPECT_TRUE(index.Remove(0x99990000, 64));
+  EXPECT_TRUE(index.empty());
+}
+
 class FakeDriver final : public PoolDriver {
  public:
   int Unregister(uintptr_t ptr, Context, ReleaseWait*) override {
