@@ -144,7 +144,11 @@ bool Pool::Park(uintptr_t block, size_t usable) {
 
 uintptr_t Pool::Unpark(const FreshSizes& sizes, size_t align) {
   if (abandoned_.load(std::memory_order_relaxed) || !MaybeParked(sizes)) return 0;
-  std::lock_guard<std::mutex> lock(mu_);
+  // An allocation never waits for lazypin: with the lock busy it allocates
+  // fresh memory (one hit less), so no lock the caller holds (stdio's, the
+  // program's own) can ever be ordered against the pool's.
+  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return 0;
   const uintptr_t block = park_.Take(sizes.usable, sizes.count, align);
   if (block == 0) return 0;
   ForgetParked(entries_.find(block)->second);  // a parked block's entry is deferred, based at it

@@ -205,7 +205,8 @@ class Pool {
   bool Park(uintptr_t block, size_t usable);
   // An allocation whose fresh block could have any of `sizes`' usable sizes
   // and needs `align`: a parked block that fits, taken out of the park (its
-  // entry stays deferred until the program registers it: a hit); 0 if none.
+  // entry stays deferred until the program registers it: a hit); 0 if none,
+  // and 0 without waiting when the lock is busy.
   uintptr_t Unpark(const FreshSizes& sizes, size_t align);
   // Cheap and lock-free: false means Unpark(sizes, ...) would find nothing.
   bool MaybeParked(const FreshSizes& sizes) const {
