@@ -16,6 +16,7 @@ import sanitizer_env  # noqa: E402
 
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
 JEMALLOC = os.path.join(LIBDIR, "libjemalloc.so.2")
+TCMALLOC = os.path.join(LIBDIR, "libtcmalloc_minimal.so.4")
 REUSE = app("reuse")
 
 
@@ -153,6 +154,20 @@ class ReuseTest(AppTestCase):
             self.assertIn(says, said[0])
             self.assertIn("jemalloc", said[0])
             self.assertEqual(self.summary(run)["served"], 0)
+
+    @unittest.skipUnless(os.path.exists(TCMALLOC), "libtcmalloc-minimal4 not installed")
+    @unittest.skipIf(sanitizer_env.ACTIVE, "two allocators besides ASan's in one process")
+    def test_tcmalloc_after_lazypin_steps_aside_once(self):
+        # (tcmalloc before lazypin shadows its munmap: defer turns off altogether.)
+        argv = [REUSE, "--mode", "cycle", "--sizes", "64K,4M", "--iters", "3"]
+        run = self.run_app(argv, LAZYPIN_MODE="defer",
+                           LD_PRELOAD=self.env()["LD_PRELOAD"] + ":" + TCMALLOC)
+        self.assertEqual(run.rc, 0, run.err[-3000:])
+        self.assertNotIn("WRONG", run.out)
+        said = [w for w in warnings(run) if "LAZYPIN_REUSE_FREED steps aside" in w]
+        self.assertEqual(len(said), 1, warnings(run))
+        self.assertIn("tcmalloc", said[0])
+        self.assertEqual(self.summary(run)["served"], 0)
 
     def test_header_config_names_the_option(self):
         run = self.same([REUSE, "--mode", "cycle", "--sizes", "4K", "--iters", "1"])
