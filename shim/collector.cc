@@ -2,6 +2,7 @@
 #include "collector.h"
 
 #include <linux/futex.h>
+#include <stdlib.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -75,6 +76,21 @@ bool Collector::WaitFreed(uint64_t ticket, int64_t timeout_ms) {
   }
 }
 
+bool Collector::ReleaseParked(int64_t timeout_ms) {
+  if (stopping_.load(std::memory_order_acquire)) return false;
+  const uint32_t ticket = release_asked_.fetch_add(1, std::memory_order_acq_rel) + 1;
+  Wake();
+  const int64_t deadline = MonotonicMs() + timeout_ms;
+  for (;;) {
+    const uint32_t done = release_done_.load(std::memory_order_acquire);
+    if (static_cast<int32_t>(done - ticket) >= 0) return true;
+    const int64_t left = deadline - MonotonicMs();
+    if (left <= 0 || stopping_.load(std::memory_order_acquire)) return false;
+    struct timespec timeout = {left / 1000, (left % 1000) * 1000000};
+    syscall(SYS_futex, &release_done_, FUTEX_WAIT_PRIVATE, done, &timeout, nullptr, 0);
+  }
+}
+
 void Collector::Wake() {
   wake_seq_.fetch_add(1, std::memory_order_release);
   syscall(SYS_futex, &wake_seq_, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
@@ -123,6 +139,9 @@ bool Collector::PostponedForCapture(int64_t now_ms) {
 
 void Collector::Run() {
   ScopedInsideLazypin inside;  // its frees and the driver's are ours: pass them through
+  // The thread's allocator arena is made now, not first when an allocation
+  // has just failed for want of memory and this thread is to make room.
+  free(malloc(64));
   const int64_t period_ms = std::clamp<int64_t>(idle_ms_ / 4, 10, 1000);
   int64_t next_collect_ms = MonotonicMs() + period_ms;
   while (!stopping_.load(std::memory_order_acquire)) {
@@ -135,6 +154,12 @@ void Collector::Run() {
       continue;
     }
     FinishFrees();
+    if (const uint32_t asked = release_asked_.load(std::memory_order_acquire);
+        asked != release_done_.load(std::memory_order_relaxed)) {
+      pool_->ReleaseParked(EvictReason::kMakeRoom);
+      release_done_.store(asked, std::memory_order_release);
+      syscall(SYS_futex, &release_done_, FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
+    }
     pool_->ApplyPageChanges();  // stale registrations go even while the program makes no call
     int64_t wait_ms = 1000;
     if (idle_ms_ > 0) {
@@ -146,6 +171,10 @@ void Collector::Run() {
       wait_ms = std::max<int64_t>(next_collect_ms - now_ms, 1);
     }
     if (handed_.load(std::memory_order_acquire) != seen_handed) continue;  // more came meanwhile
+    if (release_asked_.load(std::memory_order_acquire) !=
+        release_done_.load(std::memory_order_relaxed)) {
+      continue;  // asked meanwhile
+    }
     struct timespec timeout = {wait_ms / 1000, (wait_ms % 1000) * 1000000};
     syscall(SYS_futex, &wake_seq_, FUTEX_WAIT_PRIVATE, seq, &timeout, nullptr, 0);
   }

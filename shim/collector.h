@@ -66,6 +66,11 @@ class Collector {
   // Waits until the block with `ticket` is freed, at most `timeout_ms`.
   // Async-signal-safe (a futex); false on timeout.
   bool WaitFreed(uint64_t ticket, int64_t timeout_ms);
+  // An allocation failed while parked blocks (Pool::Park) held memory: the
+  // thread releases them all (it may call the driver; the caller may be
+  // inside it) and this waits for that, at most `timeout_ms`. False on
+  // timeout or once stopping. Never from the collector's own thread.
+  bool ReleaseParked(int64_t timeout_ms);
   // Bytes handed over and not yet freed.
   uint64_t PendingBytes() const { return pending_bytes_.load(std::memory_order_relaxed); }
   // Stops and joins the thread, then finishes the frees handed over.
@@ -104,6 +109,9 @@ class Collector {
   uint64_t scanned_upto_ = 0;  // `handed_` at the last scan (the thread's, then Stop's)
   std::atomic<uint32_t> finished_{0};  // a futex: the last ticket freed (low 32 bits)
   std::atomic<uint64_t> pending_bytes_{0};
+  // ReleaseParked requests (a futex each): asked, and the last one done.
+  std::atomic<uint32_t> release_asked_{0};
+  std::atomic<uint32_t> release_done_{0};
   std::atomic<bool> stopping_{false};
   std::thread thread_;
 };

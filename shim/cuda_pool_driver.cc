@@ -178,7 +178,15 @@ class CudaPoolDriver final : public PoolDriver {
       if (waiters_[i]->ctx() == ctx) return waiters_[i];
     }
     if (waiter_count_ == kMaxContexts) return nullptr;
-    waiters_[waiter_count_] = new ContextIdleWaiter(ctx);  // never destroyed: its thread lives on
+    // Never destroyed: its thread lives on. Without memory or a thread for it
+    // (a release that makes room after an allocation failed): none, and the
+    // release goes ahead without the wait (reported forced), never a throw
+    // into the program.
+    try {
+      waiters_[waiter_count_] = new ContextIdleWaiter(ctx);
+    } catch (...) {
+      return nullptr;
+    }
     return waiters_[waiter_count_++];
   }
 

@@ -55,6 +55,19 @@ Fn RealOrNull(real::Lazy<Fn>& lazy, const char* name) {
   return lazy.Get(&real::Next, name);
 }
 
+// The real allocation failed while blocks are parked (memory the program
+// believes freed): has them released and says whether to try once more.
+// `saved_errno` is put back then, so a retry that succeeds leaves errno as
+// a first success would have.
+bool RetryAfterRelease(int saved_errno, size_t bytes) {
+  if (!AnyParked() || bytes >= (~size_t{0} >> 2)) return false;  // no release makes that fit
+  const ShimState* state = PublishedState();
+  const MemoryGuard* guard = state != nullptr ? state->guard : nullptr;
+  if (guard == nullptr || !guard->ReleaseParkedForAllocation()) return false;
+  errno = saved_errno;
+  return true;
+}
+
 }  // namespace
 
 bool InBootstrapArena(const void* ptr) {
@@ -133,7 +146,12 @@ __attribute__((noinline)) static void* MallocSlow(size_t bytes) {
   if (AnyParked()) {
     if (void* block = ServeParked(bytes, 0, false)) return block;
   }
-  if (MallocFn real = RealOrNull(g_malloc, "malloc")) return real(bytes);
+  if (MallocFn real = RealOrNull(g_malloc, "malloc")) {
+    const int saved_errno = errno;
+    void* p = real(bytes);
+    if (p == nullptr && RetryAfterRelease(saved_errno, bytes)) p = real(bytes);
+    return p;
+  }
   void* p = BootstrapAlloc(bytes, 0);
   if (p == nullptr) errno = ENOMEM;
   return p;
@@ -152,7 +170,12 @@ __attribute__((noinline)) static void* CallocSlow(size_t count, size_t size) {
   if (AnyParked() && bytes != ~size_t{0}) {
     if (void* block = ServeParked(bytes, 0, true)) return block;
   }
-  if (CallocFn real = RealOrNull(g_calloc, "calloc")) return real(count, size);
+  if (CallocFn real = RealOrNull(g_calloc, "calloc")) {
+    const int saved_errno = errno;
+    void* p = real(count, size);
+    if (p == nullptr && bytes != ~size_t{0} && RetryAfterRelease(saved_errno, bytes)) p = real(count, size);
+    return p;
+  }
   void* p = bytes == ~size_t{0} ? nullptr : BootstrapAlloc(bytes, 0);  // the arena is zero
   if (p == nullptr) errno = ENOMEM;
   return p;
@@ -173,7 +196,9 @@ __attribute__((noinline)) static int PosixMemalignSlow(void** out, size_t align,
     }
   }
   if (PosixMemalignFn real = RealOrNull(g_posix_memalign, "posix_memalign")) {
-    return real(out, align, bytes);
+    int rc = real(out, align, bytes);
+    if (rc == ENOMEM && RetryAfterRelease(errno, bytes)) rc = real(out, align, bytes);
+    return rc;
   }
   void* p = BootstrapAlloc(bytes, align);
   if (p == nullptr) return ENOMEM;
@@ -195,7 +220,12 @@ __attribute__((noinline)) static void* AlignedSlow(real::Lazy<AlignFn>& lazy, co
   if (AnyParked() && PowerOfTwo(align)) {
     if (void* block = ServeParked(bytes, align, false)) return block;
   }
-  if (AlignFn real = RealOrNull(lazy, name)) return real(align, bytes);
+  if (AlignFn real = RealOrNull(lazy, name)) {
+    const int saved_errno = errno;
+    void* p = real(align, bytes);
+    if (p == nullptr && errno == ENOMEM && RetryAfterRelease(saved_errno, bytes)) p = real(align, bytes);
+    return p;
+  }
   void* p = BootstrapAlloc(bytes, align);
   if (p == nullptr) errno = ENOMEM;
   return p;
@@ -221,7 +251,12 @@ __attribute__((noinline)) static void* PageAlignedSlow(real::Lazy<MallocFn>& laz
   if (AnyParked() && serve_bytes != 0) {
     if (void* block = ServeParked(serve_bytes, page, false)) return block;
   }
-  if (MallocFn real = RealOrNull(lazy, name)) return real(bytes);
+  if (MallocFn real = RealOrNull(lazy, name)) {
+    const int saved_errno = errno;
+    void* p = real(bytes);
+    if (p == nullptr && RetryAfterRelease(saved_errno, bytes)) p = real(bytes);
+    return p;
+  }
   void* p = BootstrapAlloc(serve_bytes != 0 ? serve_bytes : bytes, page);
   if (p == nullptr) errno = ENOMEM;
   return p;

@@ -61,6 +61,12 @@ bool MemoryGuard::TakeFree(void* block) const {
   return false;
 }
 
+bool MemoryGuard::ReleaseParkedForAllocation() const {
+  if (!reuse_ || collector_ == nullptr || t_state.inside > 0 || LeftProcess()) return false;
+  constexpr int64_t kWaitMs = 2000;
+  return collector_->ReleaseParked(kWaitMs);
+}
+
 void* MemoryGuard::Serve(size_t bytes, size_t align) const {
   if (!reuse_ || t_state.inside > 0) return nullptr;
   const FreshSizes sizes = GlibcFreshUsable(bytes, align, PageSize());

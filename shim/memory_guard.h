@@ -63,6 +63,12 @@ class MemoryGuard {
   // (then the caller allocates). Null on a thread inside lazypin's code and
   // in a copy of the process. Not async-signal-safe (nor is malloc).
   void* Serve(size_t bytes, size_t align) const;
+  // An allocation failed while blocks are parked: has the collector release
+  // them (unregister, then free) and waits for that, at most 2 s. True if
+  // they were released (try the allocation again). Never on a thread inside
+  // lazypin's code; never calls the driver on the caller's thread (it may
+  // be inside the driver).
+  bool ReleaseParkedForAllocation() const;
 
  private:
   bool LeftProcess() const { return left_process_ != nullptr && left_process_(); }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "absl/types/span.h"
 #include "fmt/format.h"
 #include "pages.h"
 
@@ -91,11 +92,15 @@ Pool::Map::iterator Pool::Erase(Map::iterator it) {
 }
 
 void Pool::TakeVictim(Entry& e, EvictReason reason, std::vector<Victim>* victims) {
+  victims->push_back(TakeVictim(e, reason));
+}
+
+Pool::Victim Pool::TakeVictim(Entry& e, EvictReason reason) {
   const bool parked = UnparkLocked(e);
   UnmarkDeferred(e);
   e.state = State::kEvicting;
   counters_.evictions[static_cast<int>(reason)] += 1;
-  victims->push_back(Victim{e.base, e.bytes, e.ctx, reason, e.watched, parked});
+  return Victim{e.base, e.bytes, e.ctx, reason, e.watched, parked};
 }
 
 bool Pool::UnparkLocked(Entry& e) {
@@ -164,11 +169,12 @@ void Pool::TakeOverBounds(std::vector<Victim>* victims) {
   }
 }
 
-int Pool::Evict(std::vector<Victim>& victims) {
-  if (victims.empty()) return 0;
+int Pool::Evict(std::vector<Victim>& victims) { return Evict(victims.data(), victims.size()); }
+
+int Pool::Evict(const Victim* victims, size_t count) {
+  if (count == 0) return 0;
   uint64_t forced = 0;
-  std::vector<uintptr_t> parked;
-  for (const Victim& v : victims) {
+  for (const Victim& v : absl::MakeConstSpan(victims, count)) {
     const int64_t t0 = driver_->NowNs();
     ReleaseWait wait;
     const int result = driver_->Unregister(v.base, v.ctx, &wait);
@@ -177,12 +183,11 @@ int Pool::Evict(std::vector<Victim>& victims) {
       observer_->OnEvict(v.base, v.bytes, v.reason, result, driver_->NowNs() - t0, wait);
     }
     if (v.watched) driver_->Release(v.base, RangeEnd(v.base, v.bytes));
-    if (v.parked) parked.push_back(v.base);
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
     counters_.forced_releases += forced;
-    for (const Victim& v : victims) {
+    for (const Victim& v : absl::MakeConstSpan(victims, count)) {
       auto it = entries_.find(v.base);
       if (it != entries_.end() && it->second.state == State::kEvicting) Erase(it);
     }
@@ -190,8 +195,10 @@ int Pool::Evict(std::vector<Victim>& victims) {
   evicted_.notify_all();
   // Unregistered, unwatched and forgotten: the parked blocks go back to the
   // allocator only now (its free may unmap them).
-  FreeBlocks(parked);
-  return static_cast<int>(victims.size());
+  for (const Victim& v : absl::MakeConstSpan(victims, count)) {
+    if (v.parked) reuse_.free_block(reinterpret_cast<void*>(v.base));
+  }
+  return static_cast<int>(count);
 }
 
 bool Pool::FramesUnchanged(const Entry& e) {
@@ -502,6 +509,24 @@ int Pool::CollectIdle(int64_t idle_ns) {
     }
   }
   return Evict(victims);
+}
+
+int Pool::ReleaseParked(EvictReason reason) {
+  if (abandoned_.load(std::memory_order_relaxed)) return 0;
+  // One at a time, allocating nothing: an allocation just failed.
+  int released = 0;
+  for (;;) {
+    Victim victim[1];
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = entries_.begin();
+      while (it != entries_.end() && it->second.parked == 0) ++it;
+      if (it == entries_.end()) break;
+      victim[0] = TakeVictim(it->second, reason);
+    }
+    released += Evict(victim, 1);
+  }
+  return released;
 }
 
 int Pool::ReleaseAll(EvictReason reason) {

@@ -208,6 +208,9 @@ class Pool {
   // entry stays deferred until the program registers it: a hit); 0 if none,
   // and 0 without waiting when the lock is busy.
   uintptr_t Unpark(const FreshSizes& sizes, size_t align);
+  // Releases every parked block (unregister, then the real free): an
+  // allocation failed while they held memory. Returns how many.
+  int ReleaseParked(EvictReason reason);
   // Cheap and lock-free: false means Unpark(sizes, ...) would find nothing.
   bool MaybeParked(const FreshSizes& sizes) const {
     for (int i = 0; i < sizes.count; ++i) {
@@ -263,9 +266,11 @@ class Pool {
   Map::iterator Erase(Map::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TakeVictim(Entry& e, EvictReason reason, std::vector<Victim>* victims)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Victim TakeVictim(Entry& e, EvictReason reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TakeOverBounds(std::vector<Victim>* victims) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Unregisters the victims without the lock, then removes them. Returns the count.
   int Evict(std::vector<Victim>& victims) ABSL_LOCKS_EXCLUDED(mu_);
+  int Evict(const Victim* victims, size_t count) ABSL_LOCKS_EXCLUDED(mu_);
   bool FramesUnchanged(const Entry& e);
   // Releases the deferred entries `matches` picks; forgets its in-use ones too
   // when `forget_in_use`. The pool's answer to context teardown.

@@ -12,6 +12,7 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 #include <atomic>
@@ -357,6 +358,47 @@ int ModeFork(const tapp::Args&) {
   return 0;
 }
 
+// Address space for one big block more than the program holds: a block of
+// another size must still be allocatable right after a big block was freed
+// (under lazypin that block may be parked: the allocation has it released).
+int ModeRoom(const tapp::Args& args) {
+  const size_t n = 64 << 20, other = 80 << 20;
+  // Every thread the run needs exists before the limit (a thread made under
+  // it can find no room for its thread-local data: glibc aborts): lazypin's
+  // start in the first call, and its first release (realloc of memory it
+  // holds) in this context.
+  void* warm = malloc(4096);
+  CHECK(cudaHostRegister(warm, 4096, cudaHostRegisterDefault));
+  CHECK(cudaHostUnregister(warm));
+  warm = realloc(warm, 8192);
+  free(warm);
+  EnsureDevice(n);
+  long pages = 0;
+  if (FILE* f = fopen("/proc/self/statm", "r")) {
+    if (fscanf(f, "%ld", &pages) != 1) pages = 0;
+    fclose(f);
+  }
+  const size_t room = static_cast<size_t>(args.num("room-mib", 112)) << 20;
+  struct rlimit limit = {static_cast<rlim_t>(pages) * static_cast<rlim_t>(sysconf(_SC_PAGESIZE)) + room,
+                         RLIM_INFINITY};
+  void* p = malloc(n);
+  Fill(p, n, 1);
+  CHECK(cudaHostRegister(p, n, cudaHostRegisterDefault));
+  CHECK(cudaMemcpy(g_device, p, n, cudaMemcpyHostToDevice));
+  CHECK(cudaHostUnregister(p));
+  free(p);
+  if (setrlimit(RLIMIT_AS, &limit) != 0) Die("setrlimit");
+  void* q = malloc(other);
+  std::printf("room other=%s\n", q != nullptr ? "allocated" : "FAILED");
+  if (q != nullptr) {
+    Fill(q, other, 2);
+    free(q);
+  }
+  limit.rlim_cur = RLIM_INFINITY;
+  setrlimit(RLIMIT_AS, &limit);
+  return 0;
+}
+
 // A cycle, then a pause longer than LAZYPIN_IDLE_MS, then the cycle again.
 int ModeIdle(const tapp::Args& args) {
   const size_t n = 4 << 20;
@@ -370,8 +412,8 @@ int ModeIdle(const tapp::Args& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  tapp::Args args(argc, argv, {"mode", "sizes", "iters", "threads", "pause-ms"}, {"fixed-threshold"},
-                  "reuse --mode cycle|kept|calloc|align|usable|realloc|pageable|signal|threads|fork|idle\n"
+  tapp::Args args(argc, argv, {"mode", "sizes", "iters", "threads", "pause-ms", "room-mib"}, {"fixed-threshold"},
+                  "reuse --mode cycle|kept|calloc|align|usable|realloc|pageable|signal|threads|fork|idle|room\n"
                   "      [--sizes 4K,1M,4M] [--iters N] [--threads N] [--pause-ms N] [--fixed-threshold]\n");
   CHECK(cudaSetDevice(0));
   CHECK(cudaFree(nullptr));
@@ -388,6 +430,7 @@ int main(int argc, char** argv) {
   else if (mode == "threads") rc = ModeThreads(args);
   else if (mode == "fork") rc = ModeFork(args);
   else if (mode == "idle") rc = ModeIdle(args);
+  else if (mode == "room") rc = ModeRoom(args);
   else Die("unknown --mode " + mode);
   if (g_device != nullptr) CHECK(cudaFree(g_device));
   return rc;

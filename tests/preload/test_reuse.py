@@ -129,6 +129,14 @@ class ReuseTest(AppTestCase):
         self.assertEqual(registers(run), ["miss", "miss"])
         self.assertEqual(self.summary(run)["evictions"].get("idle"), 1)
 
+    def test_allocation_that_fails_while_blocks_are_parked_gets_the_room(self):
+        # A 64 MiB block parked, then an 80 MiB malloc under an address-space
+        # limit that fits it only once the parked block is gone (bare: freed):
+        # the failed allocation has the collector release it, then succeeds.
+        run = self.same([REUSE, "--mode", "room"])
+        self.assertIn("room other=allocated", run.out)
+        self.assertEqual(self.summary(run)["evictions"].get("make_room"), 1)
+
     def test_bounds_count_parked_blocks(self):
         run = self.same([REUSE, "--mode", "cycle", "--sizes", "1M,2M,3M", "--iters", "2"],
                         LAZYPIN_POOL_ENTRIES="1")

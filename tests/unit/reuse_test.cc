@@ -92,7 +92,9 @@ TEST(ParkIndex, FullRefusesAndFreedSlotsAreReused) {
   EXPECT_EQ(index.size(), ParkIndex::kCapacity);
   for (int i = 0; i < ParkIndex::kCapacity; ++i) {
     const uintptr_t block = 0x1000 * (i + 1);
-    if (block != got) EXPECT_TRUE(index.Remove(block, 64 + 16 * (i % 7))) << i;
+    if (block != got) {
+      EXPECT_TRUE(index.Remove(block, 64 + 16 * (i % 7))) << i;
+    }
   }
   EXPECT_TRUE(index.Remove(0x99990000, 64));
   EXPECT_TRUE(index.empty());
@@ -244,6 +246,17 @@ TEST_F(ReusePoolTest, InvalidatedParkedBlockIsFreedAfterTheUnregister) {
   driver_.log.clear();
   EXPECT_EQ(pool_->ReleaseAll(EvictReason::kFork), 1);
   EXPECT_EQ(driver_.log, (std::vector<std::string>{"unregister 0x100010", "free 0x100010"}));
+}
+
+TEST_F(ReusePoolTest, ReleaseParkedForAnAllocationThatFailed) {
+  DeferAndPark(kA);
+  ASSERT_EQ(Reg(kB, kBytes).action, Action::kMiss);
+  ASSERT_EQ(Unreg(kB).action, Action::kDeferred);  // deferred, not parked: stays
+  driver_.log.clear();
+  EXPECT_EQ(pool_->ReleaseParked(EvictReason::kMakeRoom), 1);
+  EXPECT_EQ(driver_.log, (std::vector<std::string>{"unregister 0x100010", "free 0x100010"}));
+  EXPECT_EQ(gauge_.load(), 0);
+  EXPECT_EQ(pool_->Counters().pooled_entries, 1u);
 }
 
 TEST_F(ReusePoolTest, ForkChildNeverServes) {
