@@ -1,6 +1,8 @@
 // pool: the policy (see pool.h for the invariants).
 #include "pool.h"
 
+#include <sched.h>
+
 #include <algorithm>
 
 #include "absl/types/span.h"
@@ -149,10 +151,15 @@ bool Pool::Park(uintptr_t block, size_t usable) {
 
 uintptr_t Pool::Unpark(const FreshSizes& sizes, size_t align) {
   if (abandoned_.load(std::memory_order_relaxed) || !MaybeParked(sizes)) return 0;
-  // An allocation never waits for lazypin: with the lock busy it allocates
-  // fresh memory (one hit less), so no lock the caller holds (stdio's, the
-  // program's own) can ever be ordered against the pool's.
+  // An allocation never blocks on lazypin's lock: it tries a few times,
+  // yielding to the holder (who never calls the driver with it held), then
+  // allocates fresh memory (one hit less). So no lock the caller holds
+  // (stdio's, the program's own) is ever ordered against the pool's.
   std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+  for (int tries = 0; !lock.owns_lock() && tries < kUnparkTries; ++tries) {
+    sched_yield();
+    lock.try_lock();
+  }
   if (!lock.owns_lock()) return 0;
   const uintptr_t block = park_.Take(sizes.usable, sizes.count, align);
   if (block == 0) return 0;

@@ -206,7 +206,7 @@ class Pool {
   // An allocation whose fresh block could have any of `sizes`' usable sizes
   // and needs `align`: a parked block that fits, taken out of the park (its
   // entry stays deferred until the program registers it: a hit); 0 if none,
-  // and 0 without waiting when the lock is busy.
+  // and 0 when the lock stays busy over a few yields (it never blocks).
   uintptr_t Unpark(const FreshSizes& sizes, size_t align);
   // Releases every parked block (unregister, then the real free): an
   // allocation failed while they held memory. Returns how many.
@@ -314,6 +314,7 @@ class Pool {
   ParkIndex park_ ABSL_GUARDED_BY(mu_);
   // A counting filter over parked usable sizes (writers hold the lock).
   static constexpr size_t kParkSlots = 64;
+  static constexpr int kUnparkTries = 64;  // Unpark: tries of a busy lock before it gives up
   std::atomic<uint32_t> park_filter_[kParkSlots] = {};
 };
 

@@ -433,13 +433,15 @@ class Allocators(Base):
     @unittest.skipIf(sanitizer_env.ACTIVE, "two allocators besides ASan's in one process")
     def test_canaries_jemalloc(self):
         ev = self.canaries("jemalloc after lazypin", "canary", LIB + ":" + JEMALLOC)
-        self.assertEqual(ev.get("free"), 64, ev)  # each pooled free went through the collector
+        # Each pooled free went through the collector (a register sharing a page
+        # with a block still pending there releases it first: overlap).
+        self.assertEqual(ev.get("free", 0) + ev.get("overlap", 0), 64, ev)
 
     @unittest.skipUnless(have(TCMALLOC), "libtcmalloc-minimal4 not installed (scripts/setup installs it)")
     @unittest.skipIf(sanitizer_env.ACTIVE, "two allocators besides ASan's in one process")
     def test_canaries_tcmalloc(self):
         ev = self.canaries("tcmalloc after lazypin", "canary", LIB + ":" + TCMALLOC)
-        self.assertEqual(ev.get("free"), 64, ev)
+        self.assertEqual(ev.get("free", 0) + ev.get("overlap", 0), 64, ev)
 
     @unittest.skipIf(sanitizer_env.ACTIVE, "the program's own malloc besides ASan's")
     def test_canaries_program_allocator(self):
