@@ -1098,6 +1098,20 @@ def is_lazypin_object(path):
     return os.path.basename(path).startswith("liblazypin")
 
 
+# The innermost frames inside CUDA's own code (libcuda, libcudart, a static
+# cudart linked into the program or an extension) say nothing the record's
+# API does not: they are dropped, at most this many, before `depth` counts.
+CUDA_FRAMES = 8
+CUDA_API_NAME = re.compile(r"^cu(da)?[A-Z]\w*(?:[ (]|$)")
+
+
+def is_cuda_frame(frame, name):
+    path = frame[0]
+    base = os.path.basename(path) if path else ""
+    return (base.startswith("libcuda.so") or base.startswith("libcudart.so")
+            or name.startswith("libcudart_static_") or CUDA_API_NAME.match(name) is not None)
+
+
 def call_sites(logs, prices, depth=4):
     """Call sites ranked: each unique symbolized stack (lazypin's own frames
     left out, `depth` frames kept) with its calls, time spent (calls and
@@ -1124,7 +1138,7 @@ def call_sites(logs, prices, depth=4):
                 if hit is not None and is_lazypin_object(hit[0]):
                     continue
                 out.append(hit if hit is not None else (None, a))
-                if len(out) >= depth:
+                if len(out) >= depth + CUDA_FRAMES:
                     break
             per[sid] = out
             for path, off in out:
@@ -1149,7 +1163,10 @@ def call_sites(logs, prices, depth=4):
                 return None
             if stack not in per:
                 return ("stack %d (frames not in the log)" % stack,)
-            return tuple(frame_name(f) for f in per[stack]) or ("(lazypin frames only)",)
+            named = [(f, frame_name(f)) for f in per[stack]]
+            while named and is_cuda_frame(*named[0]):
+                named.pop(0)
+            return tuple(n for _, n in named[:depth]) or ("(lazypin and CUDA frames only)",)
 
         for key, g in log.groups.items():
             s = site(key[7])

@@ -743,15 +743,20 @@ class CallSites(unittest.TestCase):
     def make_log(self, with_objects=True, hit_stacks=True):
         base = 0x555555554000
         shim_base = 0x7ff000000000
+        cudart_base = 0x7fe000000000
         b = LogBuilder()
         if with_objects:
             b.recs.append({"type": "objects", "list": [
-                {"path": "/opt/lazypin/lib/liblazypin.so", "base": "0x%x" % shim_base, "size": 1 << 20}]})
+                {"path": "/opt/lazypin/lib/liblazypin.so", "base": "0x%x" % shim_base, "size": 1 << 20},
+                {"path": "/usr/local/cuda/lib64/libcudart.so.13", "base": "0x%x" % cudart_base,
+                 "size": 1 << 20}]})
             b.recs.append({"type": "objects", "list": [
                 {"path": self.exe, "base": "0x%x" % base, "size": os.path.getsize(self.exe) + (1 << 16)}]})
-        # frames: the shim's hook, then a return address inside each function
+        # frames: the shim's hook, cudart's (dropped: the API says it), then a
+        # return address inside each function
         b.recs.append({"type": "stack", "id": 1, "frames": [
-            "0x%x" % (shim_base + 0x1234), "0x%x" % (base + self.syms["pin_small"] + 8),
+            "0x%x" % (shim_base + 0x1234), "0x%x" % (cudart_base + 0x2000),
+            "0x%x" % (cudart_base + 0x3000), "0x%x" % (base + self.syms["pin_small"] + 8),
             "0x%x" % (base + self.syms["main"] + 8)]})
         b.recs.append({"type": "stack", "id": 2, "frames": [
             "0x%x" % (shim_base + 0x1234), "0x%x" % (base + self.syms["pin_big"] + 8)]})
