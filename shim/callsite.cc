@@ -10,6 +10,7 @@
 
 #include "fmt/format.h"
 #include "json.h"
+#include "pyframe.h"
 
 namespace lazypin {
 namespace {
@@ -94,13 +95,14 @@ int CallSites::Capture(Emit emit) {
   }
   uintptr_t frames[kMaxFrames];
   const size_t count = CaptureFrames(frames, kMaxFrames, own.first, own.second);
-  return Intern(frames, count, emit);
+  return Intern(frames, count, PythonFrame(), emit);
 }
 
-int CallSites::Intern(const uintptr_t* frames, size_t count, Emit emit) {
+int CallSites::Intern(const uintptr_t* frames, size_t count, std::string_view python, Emit emit) {
   if (count == 0) return 0;
   count = std::min(count, kMaxFrames);
-  const uint64_t hash = HashFrames(frames, count);
+  uint64_t hash = HashFrames(frames, count);
+  for (char c : python) hash = (hash ^ static_cast<unsigned char>(c)) * 0x100000001b3u;
   std::lock_guard<std::mutex> lock(mu_);
   if (slots_.empty()) slots_.resize(kSlots);
   for (size_t probe = 0; probe < kSlots; ++probe) {
@@ -111,6 +113,7 @@ int CallSites::Intern(const uintptr_t* frames, size_t count, Emit emit) {
       slot.count = static_cast<uint32_t>(count);
       std::copy(frames, frames + count, slot.frames);
       slot.id = static_cast<int>(++used_);
+      slot.python = std::string(python);
       bool all_known = true;
       for (size_t i = 0; i < count && all_known; ++i) all_known = Known(frames[i]);
       if (!all_known) {
@@ -121,11 +124,14 @@ int CallSites::Intern(const uintptr_t* frames, size_t count, Emit emit) {
       for (size_t i = 0; i < count; ++i) {
         fmt::format_to(std::back_inserter(line), R"({}"{:#x}")", i == 0 ? "" : ",", frames[i]);
       }
-      line += "]}";
+      line += "]";
+      if (!python.empty()) line += R"(,"python":)" + JsonString(python);
+      line += "}";
       emit(line);
       return slot.id;
     }
-    if (slot.hash == hash && slot.count == count && std::equal(frames, frames + count, slot.frames)) {
+    if (slot.hash == hash && slot.count == count && slot.python == python &&
+        std::equal(frames, frames + count, slot.frames)) {
       return slot.id;
     }
   }

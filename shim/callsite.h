@@ -4,7 +4,9 @@
 // and interned: each unique stack gets an id, and its frames and any object
 // not yet named are written once to the log, before the first record that
 // names the id (docs/log-format.md, "objects and stack"). Symbols are the
-// report's business: the shim writes addresses only.
+// report's business: the shim writes addresses only. In a Python program the
+// innermost Python line, where it may be read (pyframe.h), is part of the
+// stack: the same native frames from two Python lines are two stacks.
 //
 // Thread-safe; the table is taken with a mutex, which is fine on the paths
 // that use it (driver calls of hundreds of microseconds). Not for signal handlers.
@@ -46,8 +48,8 @@ class CallSites {
   using Emit = absl::FunctionRef<void(std::string_view line)>;
   int Capture(Emit emit);
 
-  // The same with frames the caller took (tests).
-  int Intern(const uintptr_t* frames, size_t count, Emit emit);
+  // The same with frames (and a Python line, "" for none) the caller took.
+  int Intern(const uintptr_t* frames, size_t count, std::string_view python, Emit emit);
 
   // The address range of the object that holds `address` (lazypin's own,
   // for the constructor); {0, 0} when none.
@@ -61,6 +63,7 @@ class CallSites {
     uint64_t hash = 0;
     uint32_t count = 0;  // 0: empty
     int id = 0;
+    std::string python;
     uintptr_t frames[kMaxFrames];
   };
   bool Known(uintptr_t pc) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

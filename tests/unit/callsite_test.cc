@@ -87,11 +87,29 @@ TEST(CallSitesTest, AtMostMaxFramesEach) {
   for (size_t i = 0; i < frames.size(); ++i) frames[i] = 0x1000 + i;
   CallSites sites(nullptr);
   Lines out;
-  ASSERT_EQ(sites.Intern(frames.data(), frames.size(), out), 1);
+  ASSERT_EQ(sites.Intern(frames.data(), frames.size(), "", out), 1);
   const std::string& stack = out.lines.back();
   size_t commas = 0;
   for (char c : stack) commas += c == ',';
   EXPECT_EQ(commas, 2 + CallSites::kMaxFrames - 1);  // two before "frames", then one between frames
+}
+
+TEST(CallSitesTest, APythonLineIsPartOfTheStack) {
+  CallSites sites(nullptr);
+  Lines out;
+  const uintptr_t frames[2] = {0x1000, 0x2000};
+  const int a = sites.Intern(frames, 2, "train.py:12 in step", out);
+  const int b = sites.Intern(frames, 2, "eval.py:3 in run", out);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(sites.Intern(frames, 2, "train.py:12 in step", out), a);
+  EXPECT_EQ(sites.Intern(frames, 2, "", out), 3);
+  std::vector<std::string> stacks;
+  for (const std::string& line : out.lines) {
+    if (line.find(R"("type":"stack")") != std::string::npos) stacks.push_back(line);
+  }
+  ASSERT_EQ(stacks.size(), 3u);
+  EXPECT_THAT(stacks[0], HasSubstr(R"(],"python":"train.py:12 in step"})"));
+  EXPECT_THAT(stacks[2], ::testing::Not(HasSubstr("python")));
 }
 
 TEST(CallSitesTest, AFullTableGivesNoIdAndKeepsTheOldOnes) {
@@ -101,17 +119,17 @@ TEST(CallSitesTest, AFullTableGivesNoIdAndKeepsTheOldOnes) {
   uintptr_t frame = 0x1000;
   for (size_t i = 0; i < CallSites::kSlots; ++i) {
     frame += 16;
-    const int id = sites.Intern(&frame, 1, out);
+    const int id = sites.Intern(&frame, 1, "", out);
     if (id == 0) break;
     last = id;
   }
   EXPECT_GE(static_cast<size_t>(last), CallSites::kSlots / 2);
   EXPECT_LT(static_cast<size_t>(last), CallSites::kSlots);
   frame += 16;
-  EXPECT_EQ(sites.Intern(&frame, 1, out), 0);
+  EXPECT_EQ(sites.Intern(&frame, 1, "", out), 0);
   uintptr_t first = 0x1010;
-  EXPECT_EQ(sites.Intern(&first, 1, out), 1);  // known stacks keep their ids
-  EXPECT_EQ(sites.Intern(&first, 0, out), 0);  // no frames: no stack
+  EXPECT_EQ(sites.Intern(&first, 1, "", out), 1);  // known stacks keep their ids
+  EXPECT_EQ(sites.Intern(&first, 0, "", out), 0);  // no frames: no stack
 }
 
 }  // namespace
