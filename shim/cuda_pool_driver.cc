@@ -16,6 +16,7 @@
 #include "mem_watch.h"
 #include "page_class.h"
 #include "pfn.h"
+#include "prefault.h"
 #include "real.h"
 #include "thread_state.h"
 
@@ -114,7 +115,8 @@ class ContextIdleWaiter {
 
 class CudaPoolDriver final : public PoolDriver {
  public:
-  CudaPoolDriver(MemWatch* watch, bool defer_shared) : watch_(watch), defer_shared_(defer_shared) {}
+  CudaPoolDriver(MemWatch* watch, bool defer_shared, int prefault_threads)
+      : watch_(watch), defer_shared_(defer_shared), prefault_threads_(prefault_threads) {}
 
   PassReason Admit(uintptr_t lo, uintptr_t hi) override {
     if (!defer_shared_ && !Deferrable(ClassifyRange(lo, hi))) return PassReason::kShared;
@@ -123,6 +125,9 @@ class CudaPoolDriver final : public PoolDriver {
   }
   void Release(uintptr_t lo, uintptr_t hi) override {
     if (watch_ != nullptr) watch_->Unwatch(lo, hi);
+  }
+  void Prefault(uintptr_t lo, uintptr_t hi, unsigned flags) override {
+    if (ShouldPrefault(lo, hi, flags, prefault_threads_)) PrefaultRange(lo, hi, prefault_threads_);
   }
   void DrainChanges(absl::FunctionRef<void(uintptr_t, uintptr_t)> changed) override {
     if (watch_ != nullptr) watch_->Drain(changed);
@@ -184,6 +189,7 @@ class CudaPoolDriver final : public PoolDriver {
 
   MemWatch* const watch_;
   const bool defer_shared_;
+  const int prefault_threads_;
   real::Lazy<CUresult (*)(void*)> unregister_;
   real::Lazy<CUresult (*)(CUstreamCaptureMode*)> capture_mode_;
   std::mutex waiters_mu_;
@@ -193,8 +199,9 @@ class CudaPoolDriver final : public PoolDriver {
 
 }  // namespace
 
-std::unique_ptr<PoolDriver> MakeCudaPoolDriver(MemWatch* watch, bool defer_shared) {
-  return std::make_unique<CudaPoolDriver>(watch, defer_shared);
+std::unique_ptr<PoolDriver> MakeCudaPoolDriver(MemWatch* watch, bool defer_shared,
+                                               int prefault_threads) {
+  return std::make_unique<CudaPoolDriver>(watch, defer_shared, prefault_threads);
 }
 
 }  // namespace lazypin

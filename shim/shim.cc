@@ -276,7 +276,7 @@ void Shim::Init() {
     limits.max_bytes = config_.pool_bytes;
     limits.max_entries = config_.pool_entries;
     limits.check_frames = config_.check_pfn;
-    pool_driver_ = MakeCudaPoolDriver(watch_.get(), config_.defer_shared);
+    pool_driver_ = MakeCudaPoolDriver(watch_.get(), config_.defer_shared, config_.prefault_threads);
     pool_ = std::make_unique<Pool>(pool_driver_.get(), this, limits);
     collector_ = std::make_unique<Collector>(pool_.get(), config_.idle_ms, &RealFree, FreeBounds{},
                                              &Captures());
