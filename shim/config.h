@@ -35,6 +35,7 @@ struct Config {
   WatchMode watch = WatchMode::kAuto;
   bool defer_shared = false;      // defer shared and file-backed pages too
   bool unregister_wait = false;   // a deferred unregister waits for the work in flight first
+  uint64_t host_alloc_bytes = 0;  // bound on freed pinned host blocks kept for reuse; 0: none
 };
 
 // One row per LAZYPIN_* variable of the shim: the one place that names it,

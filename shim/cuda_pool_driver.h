@@ -29,4 +29,8 @@ class MemWatch;
 // `defer_shared`, shared and file-backed pages are not deferred.
 std::unique_ptr<PoolDriver> MakeCudaPoolDriver(MemWatch* watch, bool defer_shared);
 
+// The host-allocation cache's frees (cuMemFreeHost), waited for as above.
+class HostAllocDriver;
+std::unique_ptr<HostAllocDriver> MakeCudaHostAllocDriver();
+
 }  // namespace lazypin
