@@ -315,3 +315,37 @@ TEST_F(HostAllocCacheTest, ConcurrentCyclesStayConsistent) {
 
 }  // namespace
 }  // namespace lazypin
+
+#include "stats.h"
+
+namespace lazypin {
+namespace {
+
+TEST(HostAllocStatsTest, HostCallsStayOutOfThePoolsFiguresAndShowInTheSummary) {
+  Stats stats;
+  stats.RecordCall(Api::kCudaHostAlloc, 4096, 0, 1000, Action::kHit);
+  stats.RecordCall(Api::kCuMemFreeHost, 0, 0, 500, Action::kDeferred);
+  HostAllocCounters host;
+  host.hits = 1;
+  host.kept = 1;
+  host.releases[static_cast<int>(EvictReason::kIdle)] = 2;
+  const std::string json = stats.SummaryJson(PoolCounters{}, 1, "exit", &host);
+  EXPECT_NE(json.find(R"("cudaHostAlloc":{"calls":1)"), std::string::npos) << json;
+  EXPECT_NE(json.find(R"("pool":{"hits":0,"misses":0,"deferred":0,)"), std::string::npos) << json;
+  EXPECT_NE(json.find(R"("size_classes":{})"), std::string::npos) << json;
+  EXPECT_NE(json.find(R"("host_alloc":{"hits":1,"misses":0,"kept":1,"forwarded_frees":0,)"
+                      R"("releases":{"idle":2})"),
+            std::string::npos)
+      << json;
+  EXPECT_EQ(stats.SummaryJson(PoolCounters{}, 1, "exit").find("host_alloc"), std::string::npos);
+  EXPECT_NE(stats.SummaryText(PoolCounters{}, true, &host).find("host allocs: 1 hits / 1"),
+            std::string::npos);
+  EXPECT_TRUE(IsHostAlloc(Api::kCuMemAllocHostV2));
+  EXPECT_TRUE(IsHostFree(Api::kCudaFreeHost));
+  EXPECT_FALSE(IsRegister(Api::kCudaHostAlloc));
+  EXPECT_STREQ(ApiName(Api::kCuMemAllocHost), "cuMemAllocHost");
+  EXPECT_STREQ(EvictReasonName(EvictReason::kDoubleFree), "double_free");
+}
+
+}  // namespace
+}  // namespace lazypin
