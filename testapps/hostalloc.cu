@@ -15,9 +15,13 @@
 //   --fork    a block freed before fork(): the child allocates the same size,
 //             checks it reads as zeros, frees it ("CHECK <path> fork ...").
 //   --idle-wait-ms N  at the end: free a block, sleep N ms (idle release).
+//   --munmap-after-free  a use after free the simulator allows: munmap a block
+//             just freed (an unmapped range then), allocate again, check zeros
+//             (not in --check: the real driver's freed ranges are its own).
 // Exits 0 when every check printed OK (FAIL lines: exit 1).
 #include <cuda.h>
 #include <dlfcn.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 
 #include "common.h"
@@ -211,6 +215,24 @@ void RunChecks(const Door& d) {
   CHECK(cudaFree(dev));
 }
 
+void RunMunmapAfterFree(const Door& d) {
+  const std::string path = d.name;
+  const size_t n = 1 << 20;
+  void* p = nullptr;
+  const int ra = d.alloc(&p, n, 0);
+  if (ra == 0) {
+    std::memset(p, 0x77, n);
+    d.free(p);
+  }
+  const int mu = ra == 0 ? munmap(p, n) : -1;
+  void* q = nullptr;
+  const int rb = d.alloc(&q, n, 0);
+  const bool zero = rb == 0 && AllZero(q, n);
+  const int fr = rb == 0 ? d.free(q) : -1;
+  Check(path, "munmap_after_free", ra == 0 && mu == 0 && rb == 0 && zero && fr == 0,
+        Codes({ra, mu, rb, zero, fr}));
+}
+
 void RunFork(const Door& d) {
   const std::string path = d.name;
   const size_t n = 4 << 20;
@@ -282,7 +304,7 @@ int main(int argc, char** argv) {
       "hostalloc [--path runtime|driver|getproc|dlsym|all] [--check] [--bench] [--fork]\n"
       "          [--sizes 4M,64M] [--cycles N] [--idle-wait-ms N]\n";
   tapp::Args args(argc, argv, {"path", "sizes", "cycles", "idle-wait-ms"},
-                  {"check", "bench", "fork"}, kUsage);
+                  {"check", "bench", "fork", "munmap-after-free"}, kUsage);
   const std::string which = args.str("path", "all");
   const bool check = args.has("check");
   const bool bench = args.has("bench");
@@ -307,6 +329,7 @@ int main(int argc, char** argv) {
     }
     if (check) RunChecks(d);
     if (do_fork) RunFork(d);
+    if (args.has("munmap-after-free")) RunMunmapAfterFree(d);
     if (bench) RunBench(d, sizes, cycles);
     if (idle_wait_ms > 0) {
       void* p = nullptr;

@@ -165,6 +165,15 @@ class HostAllocTest(AppTestCase):
         self.assertEqual(releases(run.records)["exit"], 1)
         self.assertEqual(run.records[-1]["host_alloc"]["cached_entries"], 0)
 
+    # -- memory hooks ------------------------------------------------------------
+    def test_munmap_of_a_freed_block_frees_the_kept_one_first(self):
+        bare = self.hostalloc("--path", "runtime", "--munmap-after-free", shim=False)
+        self.assertEqual(bare.rc, 0, bare.out + bare.err)
+        run = self.hostalloc("--path", "runtime", "--munmap-after-free", LAZYPIN_MODE="defer")
+        self.assertEqual(run.rc, 0, run.out + run.err)
+        self.assertEqual(run.out, bare.out)
+        self.assertEqual(releases(run.records)["munmap"], 1)
+
     # -- the report reads the new records ---------------------------------------
     def test_report_shows_host_allocations(self):
         run = self.hostalloc("--path", "runtime", "--bench", "--sizes", "1M", "--cycles", "6",
