@@ -77,7 +77,7 @@ Outcome HostAllocCache::Alloc(const HostAllocRequest& request, void** out,
       auto it = index_.find(Key{request.bytes, request.flags, reinterpret_cast<uintptr_t>(request.ctx)});
       if (it != index_.end()) {
         served = it->second;
-        Block& b = blocks_.at(served);
+        Block& b = blocks_.find(served)->second;  // indexed blocks are tracked (no .at(): it throws)
         Uncache(served, b);
         b.state = State::kLive;
         b.device = request.device;
@@ -172,7 +172,7 @@ Outcome HostAllocCache::Free(uintptr_t ptr, absl::FunctionRef<int()> forward,
              !lru_.empty()) {
         const uintptr_t base = lru_.begin()->second;
         if (base == ptr) break;
-        TakeVictim(base, blocks_.at(base), EvictReason::kLru, &victims);
+        TakeVictim(base, blocks_.find(base)->second, EvictReason::kLru, &victims);
       }
       counters_.peak_bytes = std::max(counters_.peak_bytes, counters_.cached_bytes);
       counters_.peak_entries = std::max(counters_.peak_entries, counters_.cached_entries);
