@@ -38,6 +38,7 @@ Outcome Dispatch::HostAct(const ProgramCall& call, void** out, absl::FunctionRef
 }
 
 int Dispatch::HostRuntime(const ProgramCall& call, void** out, absl::FunctionRef<int()> real) {
+  env_->CallStarts(call);
   const int64_t t0 = env_->NowNs();
   RuntimeFrame frame;
   RuntimeFrame* const outer = t_state.runtime_frame;
@@ -63,6 +64,7 @@ int Dispatch::HostDriver(const ProgramCall& call, void** out, absl::FunctionRef<
     frame->outcome.evicted += outcome.evicted;
     return outcome.result;
   }
+  env_->CallStarts(call);
   const int64_t t0 = env_->NowNs();
   const Outcome outcome = HostAct(call, out, real);
   ProgramCall recorded = call;

@@ -174,6 +174,28 @@ class HostAllocTest(AppTestCase):
         self.assertEqual(run.out, bare.out)
         self.assertEqual(releases(run.records)["munmap"], 1)
 
+    # -- NVTX: each host call is one balanced range, as a registration is -------
+    @unittest.skipUnless(os.environ.get("NVTX_RECORDER"), "no NVTX recorder")
+    def test_each_call_is_a_balanced_nvtx_range(self):
+        record = os.path.join(self.dir, "nvtx.txt")
+        run = self.hostalloc("--path", "runtime", "--bench", "--sizes", "1M", "--cycles", "4",
+                             LAZYPIN_MODE="defer", NVTX_INJECTION64_PATH=os.environ["NVTX_RECORDER"],
+                             NVTX_RECORD=record)
+        self.assertEqual(run.rc, 0, run.err)
+        with open(record) as f:
+            lines = [l.rstrip("\n") for l in f]
+        mine = [l for l in lines if l.split(" ")[1:2] == ["lazypin"]]
+        depth, pushes = 0, []
+        for l in mine:
+            if l.startswith("push "):
+                depth += 1
+                pushes.append(l.split(" ", 2)[2])
+            elif l.startswith("pop "):
+                depth -= 1
+                self.assertGreaterEqual(depth, 0)
+        self.assertEqual(depth, 0)
+        self.assertEqual(pushes, [r["api"] for r in calls(run.records)])
+
     # -- the report reads the new records ---------------------------------------
     def test_report_shows_host_allocations(self):
         run = self.hostalloc("--path", "runtime", "--bench", "--sizes", "1M", "--cycles", "6",

@@ -27,7 +27,13 @@ class FakeEnv final : public DispatchEnv {
   Context CurrentContext() override { return ctx; }
   int CurrentDevice() override { return ctx != nullptr ? 0 : -1; }
   bool CaptureForbidsDeferral() override { return capture_forbids; }
-  void Record(const CallRecord& record) override { records.push_back(record); }
+  void CallStarts(const ProgramCall&) override { ++open; }
+  void Record(const CallRecord& record) override {
+    EXPECT_EQ(open, 1) << "CallStarts once before each Record";
+    --open;
+    records.push_back(record);
+  }
+  int open = 0;
   int WaitForDevice(Context c) override {
     ++waits;
     return wait_result;
