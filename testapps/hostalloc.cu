@@ -12,8 +12,10 @@
 //   --bench   per size: "RESULT app=hostalloc path=<p> size=<b> op=cycle ..."
 //             (allocate, fill, copy to the device, free: median per cycle)
 //             and op=kept (fill and copy from memory kept pinned).
-//   --fork    a block freed before fork(): the child allocates the same size,
-//             checks it reads as zeros, frees it ("CHECK <path> fork ...").
+//   --fork    a block freed before fork(), then the parent allocates again
+//             ("CHECK <path> fork ..."); with --fork-child-cuda the child
+//             allocates the same size, checks zeros and frees it (the
+//             simulator allows CUDA in a fork's child; a real driver refuses it).
 //   --idle-wait-ms N  at the end: free a block, sleep N ms (idle release).
 //   --munmap-after-free  a use after free the simulator allows: munmap a block
 //             just freed (an unmapped range then), allocate again, check zeros
@@ -233,6 +235,8 @@ void RunMunmapAfterFree(const Door& d) {
         Codes({ra, mu, rb, zero, fr}));
 }
 
+bool g_child_cuda = false;
+
 void RunFork(const Door& d) {
   const std::string path = d.name;
   const size_t n = 4 << 20;
@@ -243,6 +247,7 @@ void RunFork(const Door& d) {
   std::fflush(stdout);
   const pid_t pid = fork();
   if (pid == 0) {
+    if (!g_child_cuda) _exit(0);
     void* c = nullptr;
     const int rc = d.alloc(&c, n, 0);
     const bool zero = rc == 0 && AllZero(c, n);
@@ -302,9 +307,11 @@ void RunBench(const Door& d, const std::vector<size_t>& sizes, int cycles) {
 int main(int argc, char** argv) {
   static const char kUsage[] =
       "hostalloc [--path runtime|driver|getproc|dlsym|all] [--check] [--bench] [--fork]\n"
+      "          [--fork-child-cuda] [--munmap-after-free]\n"
       "          [--sizes 4M,64M] [--cycles N] [--idle-wait-ms N]\n";
   tapp::Args args(argc, argv, {"path", "sizes", "cycles", "idle-wait-ms"},
-                  {"check", "bench", "fork", "munmap-after-free"}, kUsage);
+                  {"check", "bench", "fork", "fork-child-cuda", "munmap-after-free"}, kUsage);
+  g_child_cuda = args.has("fork-child-cuda");
   const std::string which = args.str("path", "all");
   const bool check = args.has("check");
   const bool bench = args.has("bench");

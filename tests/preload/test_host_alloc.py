@@ -44,14 +44,15 @@ class HostAllocTest(AppTestCase):
     # -- transparent: the same output bare, in log mode and in defer mode ------
     def check_door(self, path):
         # Simulated durations on: the implicit wait of a free is observable.
-        bare = self.hostalloc("--path", path, "--check", "--fork", shim=False, SIMCUDA_SLEEP=1)
+        bare = self.hostalloc("--path", path, "--check", "--fork", "--fork-child-cuda", shim=False,
+                              SIMCUDA_SLEEP=1)
         self.assertEqual(bare.rc, 0, bare.out + bare.err)
         self.assertNotIn("FAIL", bare.out)
         prefix, via = DOORS[path]
         per_mode = {}
         for mode in ("log", "defer"):
-            run = self.hostalloc("--path", path, "--check", "--fork", LAZYPIN_MODE=mode,
-                                 SIMCUDA_SLEEP=1)
+            run = self.hostalloc("--path", path, "--check", "--fork", "--fork-child-cuda",
+                                 LAZYPIN_MODE=mode, SIMCUDA_SLEEP=1)
             self.assertEqual(run.rc, 0, run.out + run.err)
             self.assertEqual(run.out, bare.out, "output changed under lazypin (%s)" % mode)
             recs = host_calls(run.records)
