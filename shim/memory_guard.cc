@@ -5,14 +5,9 @@
 #include <sys/mman.h>
 
 #include "collector.h"
-#include "host_alloc_cache.h"
 #include "thread_state.h"
 
 namespace lazypin {
-
-bool MemoryGuard::HostHolding() const {
-  return host_cache_ != nullptr && host_cache_->MaybeHolds();
-}
 
 void MemoryGuard::Leaving(uintptr_t lo, uintptr_t hi, EvictReason reason) const {
   // A block the program gave back with cudaFreeHost is the driver's mapping

@@ -14,13 +14,13 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "host_alloc_cache.h"
 #include "pool.h"
 #include "types.h"
 
 namespace lazypin {
 
 class Collector;
-class HostAllocCache;
 
 class MemoryGuard {
  public:
@@ -60,7 +60,7 @@ class MemoryGuard {
 
  private:
   bool LeftProcess() const { return left_process_ != nullptr && left_process_(); }
-  bool HostHolding() const;
+  bool HostHolding() const { return host_cache_ != nullptr && host_cache_->MaybeHolds(); }
 
   Pool* const pool_;
   Collector* const collector_;
