@@ -10,6 +10,7 @@
 
 #include "fmt/format.h"
 #include "json.h"
+#include "pyframe.h"
 
 namespace lazypin {
 namespace {
@@ -94,13 +95,29 @@ int CallSites::Capture(Emit emit) {
   }
   uintptr_t frames[kMaxFrames];
   const size_t count = CaptureFrames(frames, kMaxFrames, own.first, own.second);
-  return Intern(frames, count, emit);
+  return Intern(frames, count, PythonFrame(), emit);
 }
 
-int CallSites::Intern(const uintptr_t* frames, size_t count, Emit emit) {
+int CallSites::CaptureOnce(uint64_t key, Emit emit) {
+  if (key != 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (keys_.empty()) keys_.resize(kKeys);
+    const KeySlot& slot = keys_[(key * 0x9e3779b97f4a7c15u) >> 52];
+    if (slot.key == key && slot.id != 0) return slot.id;
+  }
+  const int id = Capture(emit);
+  if (key != 0 && id != 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    keys_[(key * 0x9e3779b97f4a7c15u) >> 52] = KeySlot{key, id};
+  }
+  return id;
+}
+
+int CallSites::Intern(const uintptr_t* frames, size_t count, std::string_view python, Emit emit) {
   if (count == 0) return 0;
   count = std::min(count, kMaxFrames);
-  const uint64_t hash = HashFrames(frames, count);
+  uint64_t hash = HashFrames(frames, count);
+  for (char c : python) hash = (hash ^ static_cast<unsigned char>(c)) * 0x100000001b3u;
   std::lock_guard<std::mutex> lock(mu_);
   if (slots_.empty()) slots_.resize(kSlots);
   for (size_t probe = 0; probe < kSlots; ++probe) {
@@ -111,6 +128,7 @@ int CallSites::Intern(const uintptr_t* frames, size_t count, Emit emit) {
       slot.count = static_cast<uint32_t>(count);
       std::copy(frames, frames + count, slot.frames);
       slot.id = static_cast<int>(++used_);
+      slot.python = std::string(python);
       bool all_known = true;
       for (size_t i = 0; i < count && all_known; ++i) all_known = Known(frames[i]);
       if (!all_known) {
@@ -121,11 +139,14 @@ int CallSites::Intern(const uintptr_t* frames, size_t count, Emit emit) {
       for (size_t i = 0; i < count; ++i) {
         fmt::format_to(std::back_inserter(line), R"({}"{:#x}")", i == 0 ? "" : ",", frames[i]);
       }
-      line += "]}";
+      line += "]";
+      if (!python.empty()) line += R"(,"python":)" + JsonString(python);
+      line += "}";
       emit(line);
       return slot.id;
     }
-    if (slot.hash == hash && slot.count == count && std::equal(frames, frames + count, slot.frames)) {
+    if (slot.hash == hash && slot.count == count && slot.python == python &&
+        std::equal(frames, frames + count, slot.frames)) {
       return slot.id;
     }
   }
