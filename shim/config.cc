@@ -236,6 +236,16 @@ const Option kOptions[] = {
        return Store(ParseCount(t, 16), &c->prefault_threads);
      },
      [](const Config& c) { return std::to_string(c.prefault_threads); }},
+    {"LAZYPIN_HOST_ALLOC_CACHE", "host_alloc_cache", "25%", "25% of RAM",
+     "a size as LAZYPIN_POOL_BYTES accepts, or 0",
+     "defer mode: bound on the bytes of pinned host blocks the program freed (cudaFreeHost, "
+     "cuMemFreeHost) that lazypin keeps allocated for a later cudaHostAlloc, cudaMallocHost, "
+     "cuMemHostAlloc or cuMemAllocHost of the same size, flags and context (served zeroed); "
+     "0: none, frees go to the driver",
+     [](std::string_view t, uint64_t ram, Config* c) {
+       return Store(ParseSize(t, ram), &c->host_alloc_bytes);
+     },
+     [](const Config& c) { return std::to_string(c.host_alloc_bytes); }},
 };
 const size_t kOptionCount = sizeof(kOptions) / sizeof(kOptions[0]);
 

@@ -32,4 +32,8 @@ class MemWatch;
 std::unique_ptr<PoolDriver> MakeCudaPoolDriver(MemWatch* watch, bool defer_shared,
                                                int prefault_threads);
 
+// The host-allocation cache's frees (cuMemFreeHost), waited for as above.
+class HostAllocDriver;
+std::unique_ptr<HostAllocDriver> MakeCudaHostAllocDriver();
+
 }  // namespace lazypin
