@@ -93,7 +93,7 @@ void BM_ServeMiss(benchmark::State& state) {
   auto pool = MakePool(&driver, 1);
   pool->EnableReuse(ReuseHooks{&NoFree, nullptr});
   if (!pool->Park(kBase, kBytes + 8)) state.SkipWithError("not parked");
-  MemoryGuard guard(pool.get(), nullptr, nullptr, /*reuse=*/true);
+  MemoryGuard guard(pool.get(), nullptr, nullptr, nullptr, /*reuse=*/true);
   size_t n = 64;
   for (auto _ : state) {
     benchmark::DoNotOptimize(guard.Serve(n, 0));
@@ -106,7 +106,7 @@ void BM_ParkServeHitCycle(benchmark::State& state) {
   InstantDriver driver;
   auto pool = MakePool(&driver, 1);
   pool->EnableReuse(ReuseHooks{&NoFree, nullptr});
-  MemoryGuard guard(pool.get(), nullptr, nullptr, /*reuse=*/true);
+  MemoryGuard guard(pool.get(), nullptr, nullptr, nullptr, /*reuse=*/true);
   const size_t usable = GlibcFreshUsable(kBytes, 0, 4096).usable[0];
   RegisterRequest req{kBase, kBytes, 0, kCtx, 0};
   for (auto _ : state) {

@@ -64,6 +64,17 @@ class ReportError(Exception):
 # --------------------------------------------------------------------------
 # small helpers
 
+# Pinned host allocations and frees (the shim's host-allocation cache): their
+# actions (hit, miss, deferred = kept, forward) are the cache's, not the pool's,
+# so they are kept apart as host_hit, host_miss, host_deferred, host_forward.
+HOST_APIS = frozenset(("cudaHostAlloc", "cudaMallocHost", "cudaFreeHost", "cuMemHostAlloc",
+                       "cuMemAllocHost", "cuMemAllocHost_v2", "cuMemFreeHost"))
+
+
+def host_action(api, action):
+    return "host_" + action if api in HOST_APIS and not action.startswith("host_") else action
+
+
 def is_register(api):
     return "Register" in api and "Unregister" not in api
 
@@ -409,8 +420,10 @@ class Log:
         self.groups = {}            # call group key -> Agg (see call_key)
         self.egroups = {}           # (reason, error, forced, stack) -> Agg
         self.errors = {}            # (code, api) -> count
+        self.host_releases = {}     # reason -> host_release records (the host-allocation cache)
         self.objects = []           # (base, size, path) of loaded objects
         self.stacks = {}            # stack id -> [frame addresses]
+        self.python_lines = {}      # stack id -> "file.py:12 in f" (the Python line that called)
         self.last_t = None
         self.pool_bytes = None
         self.mode = None
@@ -418,6 +431,10 @@ class Log:
         self.first_register_done = False
         self.seen = set()
         self.last_unregister = {}   # ptr -> t of its last deferred unregister
+        # ptr -> the stack of the real register that made its registration:
+        # a hit or deferral logged without a stack of its own (LAZYPIN_STACKS=1)
+        # is that registration's, so it is credited to that call site.
+        self.site_of = {}
         self.idle_gone = {}         # ptr -> t of its last use, released idle
         self.lru_gone = set()
         self.freed_sizes = {}       # bytes -> freed pooled registrations not yet re-registered
@@ -457,6 +474,7 @@ class Log:
         self.mode = rec.get("mode") or cfg.get("mode")
 
     def on_call(self, t, tid, ptr, api, nbytes, result, lat, action, evicted, reason, stack):
+        action = host_action(api, action)
         self.calls += 1
         self.last_t = t
         reg = "Register" in api and "Unregister" not in api
@@ -467,6 +485,11 @@ class Log:
             warm = self.first_register_done and evicted == 0
             self.first_register_done = True
             self.on_real_register(t, ptr, nbytes, action)
+            if stack is not None and ptr is not None and (
+                    ptr in self.site_of or len(self.site_of) < PTR_MEMORY):
+                self.site_of[ptr] = stack
+        if stack is None and (action == "hit" or action == "deferred") and self.site_of:
+            stack = self.site_of.get(ptr)
         elif action == "deferred" and ptr is not None:
             self.last_unregister[ptr] = t
         if evicted:
@@ -568,6 +591,9 @@ class Log:
                           as_int(rec.get("result")), max(0, as_int(rec.get("latency_ns"))),
                           max(0, as_int(rec.get("waited_ns"))), rec.get("forced") is True,
                           as_int(rec["stack"], None) if "stack" in rec else None)
+        elif kind == "host_release":
+            r = str(rec.get("reason", "?"))
+            self.host_releases[r] = self.host_releases.get(r, 0) + 1
         elif kind == "header":
             self.on_header(rec, lineno)
         elif kind == "warning":
@@ -588,6 +614,8 @@ class Log:
             frames = rec.get("frames")
             if sid is not None and isinstance(frames, list):
                 self.stacks[sid] = [p for p in (ptr_int(x) for x in frames) if p is not None]
+                if isinstance(rec.get("python"), str) and rec["python"]:
+                    self.python_lines[sid] = rec["python"]
         # other types: ignored (newer writers may add some)
 
     # ---- the whole file
@@ -600,6 +628,7 @@ class Log:
         loads = json.loads
         groups = self.groups
         last_unregister = self.last_unregister
+        site_of = self.site_of
         # call shapes (api, bytes, action, evicted, reason, stack, result as
         # written) whose record changes nothing but their group: summed here
         # without the general path. value: (group, is a deferred unregister)
@@ -641,6 +670,9 @@ class Log:
                     content = True
                     records += 1
                     ck = m.group(3, 5, 8, 9, 10, 11, 6)  # api bytes action evicted reason stack result
+                    if site_of and ck[5] is None:  # a hit or deferral is its registration's
+                        p4 = m.group(4)
+                        ck = ck + (site_of.get(int(p4, 16)) if p4[:2] == b"0x" else None,)
                     hit = plain.get(ck)
                     if hit is not None:
                         g, deferred = hit
@@ -673,7 +705,7 @@ class Log:
                     t, tid, api, p, nb, res, lat, act, ev, rsn, st = m.groups()
                     lat = int(lat)
                     ptr = int(p, 16) if p[:2] == b"0x" else ptr_int(p.decode())
-                    action = act.decode()
+                    action = host_action(api.decode(), act.decode())
                     on_call(int(t), int(tid), ptr, api.decode(), int(nb), int(res), lat, action,
                             int(ev), rsn.decode() if rsn is not None else None,
                             int(st) if st is not None else None)
@@ -685,9 +717,12 @@ class Log:
                                  or (action == "passthrough" and rsn))):
                         api_s = api.decode()
                         reg = "Register" in api_s and "Unregister" not in api_s
+                        sid = int(st) if st is not None else (
+                            site_of.get(ptr) if action in ("hit", "deferred") else None)
                         key = (api_s, action, size_class(int(nb)) if reg else None, False, False,
-                               False, rsn.decode() if rsn is not None else None,
-                               int(st) if st is not None else None)
+                               False, rsn.decode() if rsn is not None else None, sid)
+                        if site_of and st is None and len(ck) == 7:
+                            ck = ck + (site_of.get(ptr),)
                         plain[ck] = (groups[key], action == "deferred")
                     continue
                 m = evict_match(line)
@@ -1082,6 +1117,20 @@ def is_lazypin_object(path):
     return os.path.basename(path).startswith("liblazypin")
 
 
+# The innermost frames inside CUDA's own code (libcuda, libcudart, a static
+# cudart linked into the program or an extension) say nothing the record's
+# API does not: they are dropped, at most this many, before `depth` counts.
+CUDA_FRAMES = 8
+CUDA_API_NAME = re.compile(r"^cu(da)?[A-Z]\w*(?:[ (]|$)")
+
+
+def is_cuda_frame(frame, name):
+    path = frame[0]
+    base = os.path.basename(path) if path else ""
+    return (base.startswith("libcuda.so") or base.startswith("libcudart.so")
+            or name.startswith("libcudart_static_") or CUDA_API_NAME.match(name) is not None)
+
+
 def call_sites(logs, prices, depth=4):
     """Call sites ranked: each unique symbolized stack (lazypin's own frames
     left out, `depth` frames kept) with its calls, time spent (calls and
@@ -1108,7 +1157,7 @@ def call_sites(logs, prices, depth=4):
                 if hit is not None and is_lazypin_object(hit[0]):
                     continue
                 out.append(hit if hit is not None else (None, a))
-                if len(out) >= depth:
+                if len(out) >= depth + CUDA_FRAMES:
                     break
             per[sid] = out
             for path, off in out:
@@ -1133,7 +1182,12 @@ def call_sites(logs, prices, depth=4):
                 return None
             if stack not in per:
                 return ("stack %d (frames not in the log)" % stack,)
-            return tuple(frame_name(f) for f in per[stack]) or ("(lazypin frames only)",)
+            named = [(f, frame_name(f)) for f in per[stack]]
+            while named and is_cuda_frame(*named[0]):
+                named.pop(0)
+            python = log.python_lines.get(stack)
+            return ((("python " + python,) if python else ())
+                    + tuple(n for _, n in named[:depth])) or ("(lazypin and CUDA frames only)",)
 
         for key, g in log.groups.items():
             s = site(key[7])
@@ -1402,6 +1456,22 @@ def analyze(logs, top=10, prices=None):
         "saved_ns_summary": saved_summary,
         "saving": dict(sv, method=saving_method(sv, prices)),
     }
+    host_releases = {}
+    for log in logs:
+        for r, n in log.host_releases.items():
+            host_releases[r] = host_releases.get(r, 0) + n
+    hsum = [s.get("host_alloc") for s in summaries if isinstance(s.get("host_alloc"), dict)]
+    host = {
+        "active": bool(actions.get("host_hit") or actions.get("host_miss")
+                       or actions.get("host_deferred") or host_releases),
+        "hits": actions.get("host_hit", 0),
+        "misses": actions.get("host_miss", 0),
+        "kept": actions.get("host_deferred", 0),
+        "forwarded": actions.get("host_forward", 0),
+        "releases": host_releases,
+        "peak_bytes": sum(h.get("peak_bytes", 0) for h in hsum) if hsum else None,
+        "zero_ns": sum(h.get("zero_ns", 0) for h in hsum) if hsum else None,
+    }
     # in-call evictions: the calls' "evicted" counts (groups hold only whether > 0)
     pool["evicted_in_calls"] = sum(log.f.get("in_call", 0) for log in logs)
 
@@ -1459,6 +1529,7 @@ def analyze(logs, top=10, prices=None):
         "apis": apis,
         "size_classes": size_classes,
         "pool": pool,
+        "host_alloc": host,
         "advice": advise(logs, procs, pool),
         "call_sites": call_sites(logs, prices),
         "slowest": slowest,
@@ -1765,6 +1836,20 @@ def render_text(doc, top=10):
         else:
             L.append("  evictions outside program calls: none")
 
+    host = doc.get("host_alloc") or {}
+    if host.get("active"):
+        L.append("")
+        L.append("== host allocations (cudaHostAlloc/cudaMallocHost/cuMemHostAlloc/cuMemAllocHost)")
+        allocs = host["hits"] + host["misses"]
+        L.append("  hits %d  misses %d  hit rate %s  frees kept %d  forwarded %d"
+                 % (host["hits"], host["misses"], fmt_pct(host["hits"] / allocs if allocs else None),
+                    host["kept"], host["forwarded"]))
+        if host["releases"]:
+            L.append("  released by lazypin: %s" % ", ".join(
+                "%s %d" % kv for kv in sorted(host["releases"].items())))
+        if host.get("peak_bytes") is not None:
+            L.append("  peak cached %s; zeroing served blocks took %s"
+                     % (fmt_bytes(host["peak_bytes"]), fmt_ns(host["zero_ns"] or 0)))
     render_advice(doc, L)
     render_sites(doc, L, min(top, 5) if top else 0)
 

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "callsite.h"
 #include "capture.h"
 #include "collector.h"
 #include "config.h"
@@ -27,9 +28,11 @@
 #include "fmt/format.h"
 #include "hooks_alloc.h"
 #include "hooks_memory.h"
+#include "host_alloc_cache.h"
 #include "log.h"
 #include "mem_watch.h"
 #include "memory_guard.h"
+#include "nvtx.h"
 #include "pfn.h"
 #include "pool.h"
 #include "real.h"
@@ -86,7 +89,7 @@ bool LeftSetUpProcess();
 
 // Everything lazypin set up in this process. Never destroyed: hooks may run
 // until the very end.
-class Shim final : public DispatchEnv, public PoolObserver {
+class Shim final : public DispatchEnv, public PoolObserver, public HostAllocObserver {
  public:
   void Init();
   void AtExit();
@@ -125,6 +128,7 @@ class Shim final : public DispatchEnv, public PoolObserver {
     exchange(&restore);
     return Captures().ForbidsUnsafeCall(CaptureThreadId(), static_cast<CaptureMode>(mode));
   }
+  void CallStarts(const ProgramCall& call) override { nvtx::CallBegins(call.api); }
   void Record(const CallRecord& record) override;
   int WaitForDevice(Context ctx) override {
     // A synchronize would invalidate a capture in progress in the context,
@@ -157,6 +161,10 @@ class Shim final : public DispatchEnv, public PoolObserver {
                const ReleaseWait& wait) override;
   void OnWarning(const std::string& message) override;
 
+  // HostAllocObserver
+  void OnHostRelease(uintptr_t ptr, size_t bytes, EvictReason reason, int result,
+                     int64_t latency_ns, const ReleaseWait& wait) override;
+
  private:
   int64_t SinceStart() const { return MonotonicNs() - start_mono_ns_; }
   std::string HeaderLine(const std::string& log_path);
@@ -169,11 +177,18 @@ class Shim final : public DispatchEnv, public PoolObserver {
   int64_t start_mono_ns_ = 0;
   int64_t start_unix_ns_ = 0;
   std::unique_ptr<Log> log_;
+  // The stack of a record: 0 (none) unless LAZYPIN_STACKS asks for it here.
+  // `what`, `ptr` and `bytes` name the call's shape: with LAZYPIN_STACKS=1
+  // each shape is unwound once (CallSites::CaptureOnce).
+  int StackOf(Action action, uint64_t what, uintptr_t ptr, size_t bytes);
+  std::unique_ptr<CallSites> sites_;  // with a log and LAZYPIN_STACKS on
   Stats stats_;
   std::unique_ptr<MemWatch> watch_;
   std::string watch_reason_;  // why the kernel watch is not on
   std::unique_ptr<PoolDriver> pool_driver_;
   std::unique_ptr<Pool> pool_;
+  std::unique_ptr<HostAllocDriver> host_driver_;
+  std::unique_ptr<HostAllocCache> host_cache_;  // defer mode with LAZYPIN_HOST_ALLOC_CACHE > 0
   std::unique_ptr<Collector> collector_;
   std::unique_ptr<Dispatch> dispatch_;
   std::unique_ptr<MemoryGuard> guard_;
@@ -261,13 +276,23 @@ void Shim::Init() {
                                   ? DefaultLogPattern(program_invocation_short_name)
                                   : config_.log_path;
   log_ = Log::Deferred(ExpandLogPath(pattern, getpid()));
+  if (config_.stacks != StackMode::kOff) {
+    sites_ = std::make_unique<CallSites>(reinterpret_cast<const void*>(&ExitHandler));
+  }
   if (effective_ == Mode::kDefer) {
     PoolLimits limits;
     limits.max_bytes = config_.pool_bytes;
     limits.max_entries = config_.pool_entries;
     limits.check_frames = config_.check_pfn;
-    pool_driver_ = MakeCudaPoolDriver(watch_.get(), config_.defer_shared);
+    pool_driver_ = MakeCudaPoolDriver(watch_.get(), config_.defer_shared, config_.prefault_threads);
     pool_ = std::make_unique<Pool>(pool_driver_.get(), this, limits);
+    if (config_.host_alloc_bytes > 0) {
+      HostAllocLimits host_limits;
+      host_limits.max_bytes = config_.host_alloc_bytes;
+      host_limits.max_entries = config_.pool_entries;
+      host_driver_ = MakeCudaHostAllocDriver();
+      host_cache_ = std::make_unique<HostAllocCache>(host_driver_.get(), this, host_limits);
+    }
     bool reuse = false;
     if (config_.reuse_freed != 0) {
       std::string why_not;
@@ -281,10 +306,12 @@ void Shim::Init() {
       }
     }
     collector_ = std::make_unique<Collector>(pool_.get(), config_.idle_ms, &RealFree, FreeBounds{},
-                                             &Captures());
-    guard_ = std::make_unique<MemoryGuard>(pool_.get(), collector_.get(), &LeftSetUpProcess, reuse);
+                                             &Captures(), host_cache_.get());
+    guard_ = std::make_unique<MemoryGuard>(pool_.get(), collector_.get(), &LeftSetUpProcess,
+                                           host_cache_.get(), reuse);
   }
-  dispatch_ = std::make_unique<Dispatch>(this, pool_.get(), config_.unregister_wait);
+  dispatch_ = std::make_unique<Dispatch>(this, pool_.get(), config_.unregister_wait,
+                                         host_cache_.get());
   pthread_atfork(ForkPrepareHandler, nullptr, ForkChildHandler);
   for (int sig : {SIGTERM, SIGINT}) {
     struct sigaction old;
@@ -361,19 +388,45 @@ void Shim::InstallExitHandlerOnce() {
   atexit(ExitHandler);
 }
 
+int Shim::StackOf(Action action, uint64_t what, uintptr_t ptr, size_t bytes) {
+  // Hits and deferrals cost about a microsecond; a stack costs more.
+  if (!sites_ || t_state.own_thread) return 0;
+  if (config_.stacks == StackMode::kAll) return sites_->CaptureOnce(0, [this](std::string_view line) { log_->Write(line); });
+  if (action == Action::kHit || action == Action::kDeferred) return 0;
+  // One stack per call shape (what, address, size): a loop over one buffer unwinds once.
+  const uint64_t key = (what * 0x9e3779b97f4a7c15u) ^ (ptr * 0xff51afd7ed558ccdu) ^ bytes;
+  return sites_->CaptureOnce(key | 1, [this](std::string_view line) { log_->Write(line); });
+}
+
 void Shim::Record(const CallRecord& record) {
+  nvtx::CallEnds(record.action, record.reason);
   stats_.RecordCall(record.call.api, record.call.bytes, record.result, record.latency_ns,
                     record.action);
-  if (log_) log_->Write(CallRecordLine(SinceStart(), ThreadId(), record).view());
+  if (log_) {
+    const int stack = StackOf(record.action, static_cast<uint64_t>(record.call.api) << 8 | record.call.flags,
+                              reinterpret_cast<uintptr_t>(record.call.ptr), record.call.bytes);
+    log_->Write(CallRecordLine(SinceStart(), ThreadId(), record, stack).view());
+  }
   InstallExitHandlerOnce();
 }
 
 void Shim::OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result, int64_t latency_ns,
                    const ReleaseWait& wait) {
+  nvtx::Evicted(reason, wait.forced);
   stats_.RecordEvict(latency_ns);
   if (log_) {
+    const int stack = StackOf(Action::kForward, uint64_t{0xe0000} | static_cast<uint64_t>(reason), ptr, bytes);
+    log_->Write(EvictRecordLine(SinceStart(), ThreadId(), ptr, bytes, reason, result, latency_ns,
+                                wait, stack)
+                    .view());
+  }
+}
+
+void Shim::OnHostRelease(uintptr_t ptr, size_t bytes, EvictReason reason, int result,
+                         int64_t latency_ns, const ReleaseWait& wait) {
+  if (log_) {
     log_->Write(
-        EvictRecordLine(SinceStart(), ThreadId(), ptr, bytes, reason, result, latency_ns, wait)
+        HostReleaseRecordLine(SinceStart(), ThreadId(), ptr, bytes, reason, result, latency_ns, wait)
             .view());
   }
 }
@@ -392,16 +445,19 @@ void Shim::AtExit() {
   // From here on a free of pooled memory invalidates on the freeing thread:
   // the collector stops.
   if (guard_) {
-    static const MemoryGuard exit_guard(pool_.get(), nullptr, &LeftSetUpProcess);
+    static const MemoryGuard exit_guard(pool_.get(), nullptr, &LeftSetUpProcess, host_cache_.get());
     Publish(new ShimState{state_->requested, state_->effective, state_->why, dispatch_.get(),
                           &exit_guard});
   }
   if (collector_) collector_->Stop();
   if (pool_ && config_.release_at_exit) pool_->ReleaseAll(EvictReason::kExit);
+  if (host_cache_ && config_.release_at_exit) host_cache_->ReleaseAll(EvictReason::kExit);
   const PoolCounters counters = pool_ ? pool_->Counters() : PoolCounters{};
+  const HostAllocCounters host_counters = host_cache_ ? host_cache_->Counters() : HostAllocCounters{};
+  const HostAllocCounters* host = host_cache_ ? &host_counters : nullptr;
   std::string log_note;
   if (log_) {
-    log_->Close(stats_.SummaryJson(counters, SinceStart(), "exit"));
+    log_->Close(stats_.SummaryJson(counters, SinceStart(), "exit", host));
     // No file: the writer said why on stderr when it could not create it.
     const std::string failure = log_->failure();
     if (log_->has_file()) {
@@ -411,7 +467,7 @@ void Shim::AtExit() {
     }
   }
   if (config_.summary) {
-    const std::string text = stats_.SummaryText(counters, pool_ != nullptr) + log_note;
+    const std::string text = stats_.SummaryText(counters, pool_ != nullptr, host) + log_note;
     fputs(text.c_str(), stderr);
   } else if (!log_note.empty() && log_note.find("incomplete") != std::string::npos) {
     fputs(log_note.c_str(), stderr);
@@ -455,6 +511,8 @@ void Shim::BeforeFork() {
   if (state == nullptr || state->dispatch == nullptr) return;
   ScopedInsideLazypin inside;
   pool_->ReleaseAll(EvictReason::kFork);
+  // Pinned blocks the program freed are not copied into the child either.
+  if (host_cache_) host_cache_->ReleaseAll(EvictReason::kFork);
 }
 
 void Shim::InForkChild() {
@@ -464,6 +522,7 @@ void Shim::InForkChild() {
   // through. Async-signal-safe (a clone's child may come here from a signal).
   in_child_ = true;
   if (pool_) pool_->AbandonAfterFork();
+  if (host_cache_) host_cache_->AbandonAfterFork();
   if (watch_) watch_->AbandonAfterFork();
   static const ShimState child{Mode::kOff, Mode::kOff, "a fork's child", nullptr, nullptr};
   Publish(&child);
