@@ -373,18 +373,21 @@ int ModeRoom(const tapp::Args& args) {
   warm = realloc(warm, 8192);
   free(warm);
   EnsureDevice(n);
+  void* p = malloc(n);
+  Fill(p, n, 1);
+  CHECK(cudaHostRegister(p, n, cudaHostRegisterDefault));
+  CHECK(cudaMemcpy(g_device, p, n, cudaMemcpyHostToDevice));
+  // The limit: what the process maps now (the block included, and whatever
+  // its register made) and `room-mib` more: the other block fits once this
+  // one is gone, not beside it.
   long pages = 0;
   if (FILE* f = fopen("/proc/self/statm", "r")) {
     if (fscanf(f, "%ld", &pages) != 1) pages = 0;
     fclose(f);
   }
-  const size_t room = static_cast<size_t>(args.num("room-mib", 112)) << 20;
+  const size_t room = static_cast<size_t>(args.num("room-mib", 48)) << 20;
   struct rlimit limit = {static_cast<rlim_t>(pages) * static_cast<rlim_t>(sysconf(_SC_PAGESIZE)) + room,
                          RLIM_INFINITY};
-  void* p = malloc(n);
-  Fill(p, n, 1);
-  CHECK(cudaHostRegister(p, n, cudaHostRegisterDefault));
-  CHECK(cudaMemcpy(g_device, p, n, cudaMemcpyHostToDevice));
   CHECK(cudaHostUnregister(p));
   free(p);
   if (setrlimit(RLIMIT_AS, &limit) != 0) Die("setrlimit");
