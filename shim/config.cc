@@ -176,7 +176,7 @@ const Option kOptions[] = {
      [](const Config& c) { return JsonBool(c.summary); }},
     {"LAZYPIN_POOL_BYTES", "pool_bytes", "25%", "25% of RAM",
      "a size in bytes with an optional K, M, G or T suffix (512M, 8G) or a percentage of RAM "
-     "from 1% to 100% (25%)",
+     "(the machine's, or the cgroup's memory limit when lower) from 1% to 100% (25%)",
      "bound on the bytes the pool keeps registered",
      [](std::string_view t, uint64_t ram, Config* c) {
        return Store(ParseSize(t, ram), &c->pool_bytes);
@@ -224,8 +224,8 @@ const Option kOptions[] = {
      [](const Config& c) { return JsonBool(c.unregister_wait); }},
     {"LAZYPIN_STACKS", "stacks", "1", "1", "0, 1 or all",
      "which calls the log gives their native stack (the report's call sites): 1: those that "
-     "reached the driver and lazypin's releases made on the program's threads, unwound once "
-     "per API, address and size (2-4 us each time); all: every call, unwound each time; 0: none",
+     "reached the driver, unwound once per API, address and size (2-4 us each time); all: "
+     "every call, unwound each time; 0: none",
      [](std::string_view t, uint64_t, Config* c) { return Store(ParseStackMode(t), &c->stacks); },
      [](const Config& c) { return fmt::format("\"{}\"", StackModeName(c.stacks)); }},
     {"LAZYPIN_PREFAULT", "prefault", "4", "4", "a whole number from 0 to 16",

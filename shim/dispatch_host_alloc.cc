@@ -19,6 +19,11 @@ Outcome Dispatch::HostAct(const ProgramCall& call, void** out, absl::FunctionRef
   // No current context: the driver refuses (201); forward, so that it does.
   const Context ctx = env_->CurrentContext();
   if (ctx == nullptr) return Outcome{real(), Action::kForward, 0};
+  // During a capture that the driver's allocation would break (900), the
+  // driver answers, as it does bare.
+  if (IsHostAlloc(call.api) && env_->CaptureForbidsDeferral()) {
+    return Outcome{real(), Action::kForward, 0};
+  }
   if (IsHostAlloc(call.api)) {
     HostAllocRequest request;
     request.bytes = call.bytes;

@@ -89,10 +89,12 @@ Outcome HostAllocCache::Alloc(const HostAllocRequest& request, void** out,
       // A fresh block reads as zeros (the driver maps new pages): so does this one.
       if (limits_.zero) {
         const int64_t t0 = driver_->NowNs();
-        memset(reinterpret_cast<void*>(served), 0, Span(request.bytes));
+        // The requested bytes only: nothing says the driver never puts two
+        // small blocks in one page.
+        memset(reinterpret_cast<void*>(served), 0, request.bytes);
         const int64_t spent = driver_->NowNs() - t0;
         std::lock_guard<std::mutex> lock(mu_);
-        counters_.zeroed_bytes += Span(request.bytes);
+        counters_.zeroed_bytes += request.bytes;
         counters_.zero_ns += spent;
       }
       *out = reinterpret_cast<void*>(served);
@@ -149,7 +151,13 @@ Outcome HostAllocCache::Free(uintptr_t ptr, absl::FunctionRef<int()> forward,
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = blocks_.find(ptr);
-    if (it == blocks_.end() || it->second.state != State::kLive) {
+    if (it != blocks_.end() && it->second.state == State::kCached) {
+      // Another thread's free of this block kept it meanwhile (the program's
+      // race): this one is a second free, which the driver answers once the
+      // block is really freed.
+      TakeVictim(it->first, it->second, EvictReason::kDoubleFree, &victims);
+      keepable = false;
+    } else if (it == blocks_.end() || it->second.state != State::kLive) {
       // Freed by another thread meanwhile (the program's race): the driver decides.
       keepable = false;
     } else if (!keep) {
@@ -179,7 +187,10 @@ Outcome HostAllocCache::Free(uintptr_t ptr, absl::FunctionRef<int()> forward,
     }
     if (!keepable) counters_.forwarded_frees += 1;
   }
-  if (!keepable) return Outcome{forward(), Action::kForward, 0};
+  if (!keepable) {
+    const int evicted = victims.empty() ? 0 : Release(victims);
+    return Outcome{forward(), Action::kForward, evicted};
+  }
   Release(victims);
   return Outcome{kCudaSuccess, Action::kDeferred, 0};
 }

@@ -16,7 +16,9 @@ void MemoryGuard::Leaving(uintptr_t lo, uintptr_t hi, EvictReason reason) const 
   // while lazypin keeps it: unmapping it (a use after free) must not leave the
   // driver a mapping to free later at an address that may be reused. Free it
   // first; the program's call then acts on an unmapped range, as without lazypin.
-  if (t_state.inside == 0 && HostHolding() && !LeftProcess()) {
+  // realloc and brk give back heap memory, never a driver mapping: no lookup.
+  if (t_state.inside == 0 && reason != EvictReason::kRealloc && reason != EvictReason::kBrk &&
+      HostHolding() && !LeftProcess()) {
     ScopedInsideLazypin inside;
     host_cache_->Invalidate(lo, hi, reason);
   }

@@ -8,8 +8,12 @@
 // (zeroed pages where none were, a private copy of a shared one), which the
 // driver's own writable pin does too. So it is only done where the register
 // would do the same: private anonymous memory (page_class.h), registered
-// writable (neither READ_ONLY nor IOMEMORY). Errors are ignored: the register
-// then faults in the rest itself, and answers as it would have.
+// writable (neither READ_ONLY nor IOMEMORY, no unknown flag), with a context
+// current. Errors are ignored: the register then faults in the rest itself,
+// and answers as it would have. The helpers prefer the caller's NUMA node
+// (where its own first touch would have put the pages) when the caller's
+// memory policy is the default; a helper that cannot be started (a thread
+// limit) leaves its chunk to the calling thread.
 #pragma once
 
 #include <cstddef>

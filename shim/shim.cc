@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -178,8 +179,8 @@ class Shim final : public DispatchEnv, public PoolObserver, public HostAllocObse
   int64_t start_unix_ns_ = 0;
   std::unique_ptr<Log> log_;
   // The stack of a record: 0 (none) unless LAZYPIN_STACKS asks for it here.
-  // `what`, `ptr` and `bytes` name the call's shape: with LAZYPIN_STACKS=1
-  // each shape is unwound once (CallSites::CaptureOnce).
+  // A program call's stack. `what`, `ptr` and `bytes` name the call's shape:
+  // with LAZYPIN_STACKS=1 each shape is unwound once (CallSites::CaptureOnce).
   int StackOf(Action action, uint64_t what, uintptr_t ptr, size_t bytes);
   std::unique_ptr<CallSites> sites_;  // with a log and LAZYPIN_STACKS on
   Stats stats_;
@@ -230,6 +231,60 @@ void Shim::MarkProcess() {
   process_mark_ = static_cast<const uint32_t*>(page);
 }
 
+namespace {
+
+// `path`'s first line as a number of bytes; 0 when unreadable or "max".
+uint64_t ReadLimit(const char* path) {
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[64];
+  const ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  uint64_t v = 0;
+  for (ssize_t i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; ++i) v = v * 10 + (buf[i] - '0');
+  return v;
+}
+
+}  // namespace
+
+// What "N% of RAM" means: the machine's memory, or the memory limit of this
+// process's cgroup (v2 memory.max, v1 memory.limit_in_bytes) when lower, so
+// that pinned memory kept for later never pushes a container past its limit.
+uint64_t MemoryForPercentages() {
+  const uint64_t ram = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+                       static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  char text[2048];
+  const int fd = open("/proc/self/cgroup", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ram;
+  const ssize_t n = read(fd, text, sizeof(text) - 1);
+  close(fd);
+  if (n <= 0) return ram;
+  text[n] = '\0';
+  // One line per hierarchy, "id:controllers:/path": the v1 memory
+  // controller's if there is one (hybrid set-ups), else v2's "0::/path".
+  char path[640] = "";
+  for (char* line = text; line != nullptr && *line != '\0';) {
+    char* next = strchr(line, '\n');
+    if (next != nullptr) *next++ = '\0';
+    const char* colon = strchr(line, ':');
+    if (colon != nullptr) {
+      const char* controllers = colon + 1;
+      const char* rest = strchr(controllers, ':');
+      if (rest != nullptr && strncmp(controllers, "memory:", 7) == 0) {
+        snprintf(path, sizeof(path), "/sys/fs/cgroup/memory%s/memory.limit_in_bytes", rest + 1);
+        break;
+      }
+      if (rest != nullptr && rest == controllers && line[0] == '0') {
+        snprintf(path, sizeof(path), "/sys/fs/cgroup%s/memory.max", rest + 1);
+      }
+    }
+    line = next;
+  }
+  const uint64_t limit = path[0] != '\0' ? ReadLimit(path) : 0;
+  return limit != 0 && limit < ram ? limit : ram;
+}
+
 // Set-up, inside the program's first call: parse the configuration, build the
 // call path (and, deferring, the pool and its collector thread), publish it,
 // and start the log's writer thread, which creates the file and writes the
@@ -238,8 +293,7 @@ void Shim::Init() {
   MarkProcess();
   start_mono_ns_ = MonotonicNs();
   start_unix_ns_ = UnixNs();
-  const uint64_t ram = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
-                       static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t ram = MemoryForPercentages();
   ParsedConfig parsed = ParseConfig([](const char* name) { return getenv(name); }, ram, environ);
   config_ = parsed.config;
   warnings_ = std::move(parsed.errors);
@@ -414,11 +468,12 @@ void Shim::OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result, 
                    const ReleaseWait& wait) {
   nvtx::Evicted(reason, wait.forced);
   stats_.RecordEvict(latency_ns);
+  // No stack: an eviction may run in a memory hook called from a signal
+  // handler, where neither the unwinder's table lock nor Python may be taken.
   if (log_) {
-    const int stack = StackOf(Action::kForward, uint64_t{0xe0000} | static_cast<uint64_t>(reason), ptr, bytes);
-    log_->Write(EvictRecordLine(SinceStart(), ThreadId(), ptr, bytes, reason, result, latency_ns,
-                                wait, stack)
-                    .view());
+    log_->Write(
+        EvictRecordLine(SinceStart(), ThreadId(), ptr, bytes, reason, result, latency_ns, wait)
+            .view());
   }
 }
 

@@ -57,6 +57,7 @@ TEST(PrefaultTest, OnlyLargeWritablePrivateAnonymousMemory) {
   EXPECT_FALSE(ShouldPrefault(a, a + big - 4096, 0, 4));  // below the threshold
   EXPECT_FALSE(ShouldPrefault(a, a + big, 0x08, 4));      // READ_ONLY: the pin does not write
   EXPECT_FALSE(ShouldPrefault(a, a + big, 0x04, 4));      // IOMEMORY
+  EXPECT_FALSE(ShouldPrefault(a, a + big, 0x40, 4));      // a flag the driver refuses
   EXPECT_FALSE(ShouldPrefault(a, a + big, 0, 1));         // one thread: the driver's own way
   EXPECT_FALSE(ShouldPrefault(s, s + big, 0, 4));         // shared: no private copy is made
   EXPECT_EQ(Resident(anon, big), 0u);                     // deciding touched nothing
