@@ -205,6 +205,33 @@ const Option kOptions[] = {
        return Store(ParseBool(t), &c->unregister_wait);
      },
      [](const Config& c) { return JsonBool(c.unregister_wait); }},
+    {"LAZYPIN_AUTOPIN", "autopin", "0", "0", "0 or 1",
+     "1 (with LAZYPIN_MODE=defer and the kernel watch): before a host-device copy from or to "
+     "pageable private memory of at least LAZYPIN_AUTOPIN_MIN bytes, register that memory "
+     "through the pool, so that this copy and later ones run at the pinned rate; to the "
+     "program it stays pageable (copies, queries and registers answer as bare)",
+     [](std::string_view t, uint64_t, Config* c) { return Store(ParseBool(t), &c->autopin); },
+     [](const Config& c) { return JsonBool(c.autopin); }},
+    {"LAZYPIN_AUTOPIN_MIN", "autopin_min", "4M", "4M",
+     "a size in bytes with an optional K, M, G or T suffix, at least 64K",
+     "the smallest copy LAZYPIN_AUTOPIN pins (smaller ones stay on the driver's staging path, "
+     "where pinning does not pay back)",
+     [](std::string_view t, uint64_t ram, Config* c) {
+       const std::optional<uint64_t> v = ParseSize(t, ram);
+       if (!v || *v < (uint64_t{64} << 10) || t.find('%') != std::string_view::npos) return false;
+       c->autopin_min = *v;
+       return true;
+     },
+     [](const Config& c) { return std::to_string(c.autopin_min); }},
+    {"LAZYPIN_AUTOPIN_BYTES", "autopin_bytes", "10%", "10% of RAM",
+     "a size in bytes with an optional K, M, G or T suffix or a percentage of RAM from 1% "
+     "to 100%",
+     "bound on the bytes LAZYPIN_AUTOPIN keeps pinned at once (within LAZYPIN_POOL_BYTES; "
+     "pinned memory cannot be swapped); past it, copies stay pageable",
+     [](std::string_view t, uint64_t ram, Config* c) {
+       return Store(ParseSize(t, ram), &c->autopin_bytes);
+     },
+     [](const Config& c) { return std::to_string(c.autopin_bytes); }},
 };
 const size_t kOptionCount = sizeof(kOptions) / sizeof(kOptions[0]);
 

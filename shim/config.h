@@ -35,6 +35,9 @@ struct Config {
   WatchMode watch = WatchMode::kAuto;
   bool defer_shared = false;      // defer shared and file-backed pages too
   bool unregister_wait = false;   // a deferred unregister waits for the work in flight first
+  bool autopin = false;           // pin pageable memory of large copies through the pool
+  uint64_t autopin_min = 0;       // the smallest copy auto-pinned
+  uint64_t autopin_bytes = 0;     // bound on the bytes auto-pinned at once
 };
 
 // One row per LAZYPIN_* variable of the shim: the one place that names it,

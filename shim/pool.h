@@ -107,6 +107,27 @@ struct PoolCounters {
   uint64_t pooled_bytes = 0, pooled_entries = 0;
   uint64_t peak_bytes = 0, peak_entries = 0;
   uint64_t forced_releases = 0;  // evictions whose wait for the GPU did not finish
+  // Auto-pins (LAZYPIN_AUTOPIN, auto_pin.h): registrations lazypin made for
+  // a copy's pageable host memory; the copies that found theirs in place;
+  // the program's registers they served (exact hits); attempts refused for
+  // the bounds; bytes held auto-pinned now (part of pooled_bytes).
+  uint64_t autopins = 0, autopin_bytes = 0, autopin_copies = 0, autopin_copy_bytes = 0;
+  uint64_t autopin_hits = 0, autopin_full = 0, autopinned_bytes = 0;
+  int64_t autopin_register_ns = 0;
+};
+
+// What Pool::AutoPin did for one copy's host range.
+enum class AutoPinResult {
+  kPinned,   // registered now, held as a deferred (lazypin-owned) entry
+  kCovered,  // a deferred entry of the same context already holds the whole range
+  kSkipped,  // left alone: the program's (or partly pooled), not eligible, over the bounds,
+             // or the driver refused (`driver_result`)
+};
+struct AutoPinOutcome {
+  AutoPinResult result = AutoPinResult::kSkipped;
+  int driver_result = kCudaSuccess;  // the register's answer, when one was made
+  int64_t register_ns = 0;           // its cost
+  bool attempted = false;            // a register was made
 };
 
 class Pool {
@@ -126,6 +147,22 @@ class Pool {
   // deferral. Empty when the call needs the driver (then use the above).
   std::optional<Outcome> TryHit(const RegisterRequest& request);
   std::optional<Outcome> TryDefer(uintptr_t ptr);
+
+  // Auto-pin (LAZYPIN_AUTOPIN): a host-device copy is about to use the
+  // pageable host range [req.ptr, req.ptr + req.bytes) in req.ctx. If a
+  // deferred entry of that context holds the whole range, it is touched
+  // (most recently used, not idle) and kCovered returned. If any entry shares
+  // a page with it (the program's registration, or a partial one), nothing
+  // is done. Otherwise, if it fits the bounds without evicting anything
+  // (pool bytes and entries, and `max_auto_bytes` for auto-pinned bytes),
+  // `eligible()` agrees (its pages are private anonymous and the driver knows
+  // nothing of them), and the driver's watch admits it, `register_fn()`
+  // registers it (flags 0) and it enters the pool as a deferred entry: to the
+  // program it is still pageable, and it is invalidated, evicted, hit and
+  // released exactly like memory the program unregistered. Neither callback
+  // is called with the lock held.
+  AutoPinOutcome AutoPin(const RegisterRequest& req, uint64_t max_auto_bytes,
+                         absl::FunctionRef<bool()> eligible, absl::FunctionRef<int()> register_fn);
 
   // Applies the page changes the driver's watch reports (DrainChanges):
   // deferred entries they touch are really unregistered, in-use ones will
@@ -194,6 +231,7 @@ class Pool {
     int64_t deferred_at;  // ns, valid while kDeferred
     std::vector<uint64_t> frames;  // with check_frames: the pages registered
     bool left = false;  // kInUse only: the memory left the process (MarkLeft)
+    bool auto_pinned = false;  // kDeferred only: lazypin registered it (AutoPin), not the program
   };
   struct Victim {
     uintptr_t base;

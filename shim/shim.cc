@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "auto_pin.h"
 #include "capture.h"
 #include "collector.h"
 #include "config.h"
@@ -85,7 +86,7 @@ bool LeftSetUpProcess();
 
 // Everything lazypin set up in this process. Never destroyed: hooks may run
 // until the very end.
-class Shim final : public DispatchEnv, public PoolObserver {
+class Shim final : public DispatchEnv, public PoolObserver, public AutoPinSink {
  public:
   void Init();
   void AtExit();
@@ -156,6 +157,9 @@ class Shim final : public DispatchEnv, public PoolObserver {
                const ReleaseWait& wait) override;
   void OnWarning(const std::string& message) override;
 
+  // AutoPinSink
+  void RecordAutoPin(const AutoPinRecord& record) override;
+
  private:
   int64_t SinceStart() const { return MonotonicNs() - start_mono_ns_; }
   std::string HeaderLine(const std::string& log_path);
@@ -176,6 +180,7 @@ class Shim final : public DispatchEnv, public PoolObserver {
   std::unique_ptr<Collector> collector_;
   std::unique_ptr<Dispatch> dispatch_;
   std::unique_ptr<MemoryGuard> guard_;
+  std::unique_ptr<AutoPin> auto_pin_;
   Mode effective_ = Mode::kOff;
   std::string why_;  // why the effective mode differs from the requested one
   std::vector<std::string> warnings_;  // the configuration's, for the log's first lines
@@ -272,6 +277,23 @@ void Shim::Init() {
     guard_ = std::make_unique<MemoryGuard>(pool_.get(), collector_.get(), &LeftSetUpProcess);
   }
   dispatch_ = std::make_unique<Dispatch>(this, pool_.get(), config_.unregister_wait);
+  if (config_.autopin) {
+    // Auto-pinned memory is pageable to the program: every change of its
+    // pages must be seen, raw system calls too, so the kernel watch is required.
+    std::string why_not;
+    if (pool_ == nullptr) {
+      why_not = "it needs LAZYPIN_MODE=defer";
+    } else if (watch_ == nullptr) {
+      why_not = fmt::format("it needs the kernel watch ({})", watch_reason_);
+    }
+    if (!why_not.empty()) {
+      warnings_.push_back(fmt::format("lazypin: LAZYPIN_AUTOPIN=1 ignored: {}", why_not));
+      fprintf(stderr, "%s\n", warnings_.back().c_str());
+    } else {
+      auto_pin_ = std::make_unique<AutoPin>(
+          pool_.get(), this, this, AutoPinLimits{config_.autopin_min, config_.autopin_bytes});
+    }
+  }
   pthread_atfork(ForkPrepareHandler, nullptr, ForkChildHandler);
   for (int sig : {SIGTERM, SIGINT}) {
     struct sigaction old;
@@ -285,7 +307,8 @@ void Shim::Init() {
       sigaction(sig, &action, nullptr);
     }
   }
-  state_ = new ShimState{config_.mode, effective_, why_.c_str(), dispatch_.get(), guard_.get()};
+  state_ = new ShimState{config_.mode, effective_, why_.c_str(), dispatch_.get(), guard_.get(),
+                         auto_pin_.get()};
   Publish(state_);
   const bool started = log_->Start([this](const std::string& path) {
     ScopedInsideLazypin inside_writer;
@@ -363,6 +386,12 @@ void Shim::OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result, 
         EvictRecordLine(SinceStart(), ThreadId(), ptr, bytes, reason, result, latency_ns, wait)
             .view());
   }
+}
+
+void Shim::RecordAutoPin(const AutoPinRecord& record) {
+  if (record.result != kCudaSuccess) stats_.RecordAutoPinFailure();
+  if (log_) log_->Write(AutoPinRecordLine(SinceStart(), ThreadId(), record).view());
+  InstallExitHandlerOnce();
 }
 
 void Shim::OnWarning(const std::string& message) {
