@@ -2,6 +2,7 @@
 #include "pool.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "fmt/format.h"
 #include "pages.h"
@@ -94,7 +95,23 @@ Pool::Map::iterator Pool::Erase(Map::iterator it) {
   return entries_.erase(it);  // a btree erase invalidates every other iterator
 }
 
+Pool::Queried* Pool::FindQueried(uintptr_t base, size_t bytes) {
+  for (Queried& q : queried_) {
+    if (q.count > 0 && q.base == base && q.bytes == bytes) return &q;
+  }
+  return nullptr;
+}
+
 void Pool::TakeVictim(Entry& e, EvictReason reason, std::vector<Victim>* victims) {
+  if (e.auto_pinned && reason == EvictReason::kQuery) {
+    Queried* q = FindQueried(e.base, e.bytes);
+    if (q == nullptr) {
+      q = &queried_[queried_next_];
+      queried_next_ = (queried_next_ + 1) % static_cast<int>(std::size(queried_));
+      *q = Queried{e.base, e.bytes, 0};
+    }
+    q->count += 1;
+  }
   UnmarkDeferred(e);
   e.state = State::kEvicting;
   counters_.evictions[static_cast<int>(reason)] += 1;
@@ -206,6 +223,11 @@ AutoPinOutcome Pool::AutoPin(const RegisterRequest& req, uint64_t max_auto_bytes
       shared_page = true;
     }
     if (shared_page) return out;  // the program's, or partly pooled: leave it alone
+    if (const Queried* q = FindQueried(req.ptr, req.bytes);
+        q != nullptr && q->count >= kAutoPinQueryLimit) {
+      counters_.autopin_queried += 1;
+      return out;
+    }
     if (req.bytes > limits_.max_bytes || counters_.pooled_bytes + req.bytes > limits_.max_bytes ||
         counters_.pooled_entries + 1 > limits_.max_entries ||
         counters_.autopinned_bytes + req.bytes > max_auto_bytes) {

@@ -113,6 +113,7 @@ struct PoolCounters {
   // the bounds; bytes held auto-pinned now (part of pooled_bytes).
   uint64_t autopins = 0, autopin_bytes = 0, autopin_copies = 0, autopin_copy_bytes = 0;
   uint64_t autopin_hits = 0, autopin_full = 0, autopinned_bytes = 0;
+  uint64_t autopin_queried = 0;  // attempts declined: pointer queries keep releasing that range
   int64_t autopin_register_ns = 0;
 };
 
@@ -158,6 +159,10 @@ class Pool {
   // `eligible()` agrees (its pages are private anonymous and the driver knows
   // nothing of them), and the driver's watch admits it, `register_fn()`
   // registers it (flags 0) and it enters the pool as a deferred entry: to the
+  // program it is still pageable. A range whose auto-pin pointer queries
+  // released kAutoPinQueryLimit times is not auto-pinned again (a program that
+  // asks about its memory before each copy would pay a register and an
+  // unregister per copy). To the
   // program it is still pageable, and it is invalidated, evicted, hit and
   // released exactly like memory the program unregistered. Neither callback
   // is called with the lock held.
@@ -271,6 +276,14 @@ class Pool {
   // Defers the in-use entry based at `ptr` if it is poolable; false otherwise.
   bool DeferLocked(uintptr_t ptr, std::vector<Victim>* victims) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseWatched(const std::vector<Range>& ranges);
+  // Auto-pinned ranges that pointer queries released, most recent first (see AutoPin).
+  static constexpr int kAutoPinQueryLimit = 2;
+  struct Queried {
+    uintptr_t base = 0;
+    size_t bytes = 0;
+    int count = 0;
+  };
+  Queried* FindQueried(uintptr_t base, size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   PoolDriver* const driver_;
   PoolObserver* const observer_;
@@ -286,6 +299,8 @@ class Pool {
   // a state the driver no longer has. A handful at a time.
   std::vector<Range> inflight_ ABSL_GUARDED_BY(mu_);
   PoolCounters counters_ ABSL_GUARDED_BY(mu_);
+  Queried queried_[16] ABSL_GUARDED_BY(mu_);
+  int queried_next_ ABSL_GUARDED_BY(mu_) = 0;
 
   std::atomic<int64_t> holding_{0};  // deferred + evicting entries
   std::atomic<int64_t> in_use_{0};  // in-use entries not marked left

@@ -152,13 +152,13 @@ std::string Stats::SummaryJson(const PoolCounters& pool, int64_t t_ns, const cha
       R"("pool":{{"hits":{},"misses":{},"deferred":{},"passed":{},"evictions":{{{}}},"forced_releases":{},)"
       R"("peak_bytes":{},"peak_entries":{},"pooled_bytes":{},"pooled_entries":{},"saved_ns_est":{},)"
       R"("autopin":{{"pins":{},"bytes":{},"register_ns":{},"failed":{},"copies":{},"copy_bytes":{},)"
-      R"("hits":{},"full":{},"held_bytes":{}}}}}}})",
+      R"("hits":{},"full":{},"queried":{},"held_bytes":{}}}}}}})",
       t_ns, ended_by, apis, sizes, pool.hits, pool.misses, pool.deferred, pool.passed, evictions,
       pool.forced_releases,
       pool.peak_bytes, pool.peak_entries, pool.pooled_bytes, pool.pooled_entries,
       SavedEstimateNs(), pool.autopins, pool.autopin_bytes, pool.autopin_register_ns,
       autopin_failed_, pool.autopin_copies, pool.autopin_copy_bytes, pool.autopin_hits,
-      pool.autopin_full, pool.autopinned_bytes);
+      pool.autopin_full, pool.autopin_queried, pool.autopinned_bytes);
 }
 
 std::string Stats::SummaryText(const PoolCounters& pool, bool defer) const {

@@ -9,7 +9,7 @@
 // lines starting "diag:" (stderr) say what the driver holds, which differs.
 //
 // CLI: autopin --door runtime|symbol|dlsym|getproc|getproc_pt --form FORM
-//              [--scenario basic|invalidate|fork|bounds|small|capture|shared|partial|idle]
+//              [--scenario basic|queries|invalidate|fork|bounds|small|capture|shared|partial|idle]
 //              [--size 8M] [--iters 4]
 // FORM: htod (HtoD/DtoH), async (HtoDAsync/DtoHAsync), any (cuMemcpy:
 // unified), any_async, 2d, 2d_async, 2du (cuMemcpy2DUnaligned, driver doors),
@@ -286,6 +286,15 @@ int main(int argc, char** argv) {
     printf("unregister twice rc=%d\n", cudaHostUnregister(h));
     cudaGetLastError();
     RoundTrip("last", h, d, back, n, 53);
+    free(h);
+  } else if (scenario == "queries") {
+    // A program that asks about its memory before every copy.
+    void* h = malloc(n);
+    fprintf(stderr, "diag: h=%p back=%p\n", h, back);
+    for (int i = 0; i < iters; ++i) {
+      Queries("before copy", h);
+      RoundTrip(("iter " + std::to_string(i)).c_str(), h, d, back, n, i);
+    }
     free(h);
   } else if (scenario == "invalidate") {
     // Every way the pages change under a (possibly auto-pinned) range.

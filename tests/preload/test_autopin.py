@@ -77,6 +77,13 @@ class AutoPinTest(AppTestCase):
                     self.assertIn("query", evicts)
                     self.assertIn("overlap", evicts)
 
+    def test_queries_before_every_copy_stop_the_pinning(self):
+        run = self.compare(["--door", "getproc", "--form", "async", "--scenario", "queries",
+                            "--iters", "6"])
+        h = int(diag(run.err, "h"), 16)
+        self.assertEqual(len([p for p in autopins(run.records) if int(p["ptr"], 16) == h]), 2)
+        self.assertEqual(run.records[-1]["pool"]["autopin"]["queried"], 4)
+
     # -- what changes the pages ------------------------------------------------
     def test_every_page_change_invalidates(self):
         for door, form in (("getproc", "async"), ("runtime", "htod"), ("symbol", "2d_async")):

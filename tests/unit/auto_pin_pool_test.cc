@@ -140,6 +140,19 @@ TEST_F(AutoPinPoolTest, QueriesFreesAndPageChangesReleaseIt) {
   EXPECT_EQ(pool_->Counters().autopinned_bytes, 0u);
 }
 
+TEST_F(AutoPinPoolTest, ARangeThatQueriesKeepReleasingIsNotPinnedAgain) {
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(Pin(kA, 16 * kPage).result, AutoPinResult::kPinned) << i;
+    ASSERT_EQ(pool_->Invalidate(kA, kA + 1, EvictReason::kQuery), 1);
+  }
+  EXPECT_EQ(Pin(kA, 16 * kPage).result, AutoPinResult::kSkipped);
+  EXPECT_EQ(pool_->Counters().autopin_queried, 1u);
+  // Other ranges, and other releases, are not affected.
+  EXPECT_EQ(Pin(kB, 16 * kPage).result, AutoPinResult::kPinned);
+  EXPECT_EQ(pool_->Invalidate(kB, kB + 1, EvictReason::kMunmap), 1);
+  EXPECT_EQ(Pin(kB, 16 * kPage).result, AutoPinResult::kPinned);
+}
+
 TEST_F(AutoPinPoolTest, IdleCollectionReleasesItAndCopiesKeepItAlive) {
   ASSERT_EQ(Pin(kA, 16 * kPage).result, AutoPinResult::kPinned);
   ASSERT_EQ(Pin(kB, 16 * kPage).result, AutoPinResult::kPinned);
