@@ -253,6 +253,7 @@ AutoPinOutcome Pool::AutoPin(const RegisterRequest& req, uint64_t max_auto_bytes
   }
   std::vector<uint64_t> frames;
   if (limits_.check_frames) driver_->ReadFrames(req.ptr, req.bytes, &frames);
+  std::vector<Victim> victims;
   {
     std::lock_guard<std::mutex> lock(mu_);
     // Built as a left in-use entry, so that MarkDeferred finds nothing to untrack.
@@ -267,9 +268,13 @@ AutoPinOutcome Pool::AutoPin(const RegisterRequest& req, uint64_t max_auto_bytes
     counters_.autopins += 1;
     counters_.autopin_bytes += e.bytes;
     counters_.autopin_register_ns += out.register_ns;
+    // Checked before the register; another thread may have filled the pool
+    // since: the bounds hold anyway (least recently used first, as a deferral does).
+    TakeOverBounds(&victims);
   }
   out.result = AutoPinResult::kPinned;
   EndInflight(page);
+  Evict(victims);
   return out;
 }
 
