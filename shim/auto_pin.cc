@@ -41,6 +41,10 @@ void AutoPin::Slow(const char* api, Via via, CopySide dst, CopySide src) {
   ScopedInsideLazypin inside;
   const Context ctx = env_->CurrentContext();
   if (ctx == nullptr) return;  // the copy fails (201) or cudart sets one up: not ours
+  if (!seen_copy_.load(std::memory_order_relaxed) && !seen_copy_.exchange(true) &&
+      sink_ != nullptr) {
+    sink_->OnFirstCopy();
+  }
   if (src.lo != 0 && src.bytes >= limits_.min_bytes) {
     PinSide(api, via, src, dst, /*to_device=*/true, ctx);
   }

@@ -20,6 +20,7 @@
 // threshold costs one comparison.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -62,6 +63,9 @@ class AutoPinSink {
  public:
   virtual ~AutoPinSink() = default;
   virtual void RecordAutoPin(const AutoPinRecord& record) = 0;
+  // Once, at the first copy seen with a current context (the program's CUDA
+  // is set up by then): lazypin's exit handler may be installed.
+  virtual void OnFirstCopy() {}
 };
 
 class AutoPin {
@@ -88,6 +92,7 @@ class AutoPin {
   DispatchEnv* const env_;
   AutoPinSink* const sink_;
   const AutoPinLimits limits_;
+  std::atomic<bool> seen_copy_{false};
 };
 
 }  // namespace lazypin

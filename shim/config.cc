@@ -298,6 +298,17 @@ ParsedConfig ParseConfig(const std::function<const char*(const char*)>& getenv,
   return parsed;
 }
 
+bool AutoPinRequested(const std::function<const char*(const char*)>& getenv) {
+  for (size_t i = 0; i < kOptionCount; ++i) {
+    const Option& o = kOptions[i];
+    if (std::string_view(o.name) != "LAZYPIN_AUTOPIN") continue;
+    Config c;
+    const char* raw = getenv(o.name);
+    return raw != nullptr && o.parse(raw, 0, &c) && c.autopin;
+  }
+  return false;
+}
+
 std::string ConfigJson(const Config& config) {
   std::string out = "{";
   for (size_t i = 0; i < kOptionCount; ++i) {

@@ -76,6 +76,11 @@ struct ParsedConfig {
 ParsedConfig ParseConfig(const std::function<const char*(const char*)>& getenv,
                          uint64_t physical_ram, const char* const* environ = nullptr);
 
+// Whether LAZYPIN_AUTOPIN (its kOptions row) asks for auto-pin. For the copy
+// hooks, which set lazypin up on a large copy only then: a program may copy
+// long before, or without, any register call, where lazypin otherwise starts.
+bool AutoPinRequested(const std::function<const char*(const char*)>& getenv);
+
 // The "config" object of the log header: one key per option row.
 std::string ConfigJson(const Config& config);
 // The README's table of variables, one row per option (markdown).

@@ -6,6 +6,7 @@
 // per door (Via), each with its own real function, so the log says how the
 // program reached it and no door's real function is mistaken for another's.
 #include <dlfcn.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <climits>
@@ -216,11 +217,14 @@ void AfterCopy3D(CUresult result, const CUDA_MEMCPY3D* c, CUstream stream) {
 CUstream PerThread(CUstream stream) { return stream == nullptr ? CU_STREAM_PER_THREAD : stream; }
 
 // ---- auto-pin (LAZYPIN_AUTOPIN, auto_pin.h): before the real copy ----------
-// The copy's host sides, as AutoPin::BeforeCopy takes them. A copy of
-// kAutoPinFloor bytes or more sets lazypin up (a program may copy long
-// before, or without, any register); smaller ones cost one comparison.
+// The copy's host sides, as AutoPin::BeforeCopy takes them. With
+// LAZYPIN_AUTOPIN asked for, a copy of kAutoPinFloor bytes or more sets
+// lazypin up (a program may copy long before, or without, any register);
+// smaller ones cost one comparison.
 AutoPin* AutoPinFor(size_t bytes) {
   if (bytes < kAutoPinFloor || t_state.inside) return nullptr;
+  static const bool requested = AutoPinRequested([](const char* name) { return getenv(name); });
+  if (!requested) return nullptr;
   const ShimState* state = ActiveState();
   return state != nullptr ? state->auto_pin : nullptr;
 }

@@ -159,6 +159,7 @@ class Shim final : public DispatchEnv, public PoolObserver, public AutoPinSink {
 
   // AutoPinSink
   void RecordAutoPin(const AutoPinRecord& record) override;
+  void OnFirstCopy() override { InstallExitHandlerOnce(); }
 
  private:
   int64_t SinceStart() const { return MonotonicNs() - start_mono_ns_; }

@@ -228,6 +228,19 @@ TEST(ConfigTest, TheHeaderConfigHasOneKeyPerOption) {
             R"("autopin_min":4194304,"autopin_bytes":1717986918})");
 }
 
+TEST(ConfigTest, AutoPinRequestedReadsItsOwnRow) {
+  auto env = [](const char* value) {
+    return [value](const char* name) {
+      return std::string_view(name) == "LAZYPIN_AUTOPIN" ? value : nullptr;
+    };
+  };
+  EXPECT_TRUE(AutoPinRequested(env("1")));
+  EXPECT_TRUE(AutoPinRequested(env(" yes ")));
+  EXPECT_FALSE(AutoPinRequested(env("0")));
+  EXPECT_FALSE(AutoPinRequested(env("maybe")));
+  EXPECT_FALSE(AutoPinRequested(env(nullptr)));
+}
+
 TEST(ConfigTest, AutoPinIsOffByDefaultAndItsThresholdHasAFloor) {
   const ParsedConfig defaults = Parse({});
   EXPECT_FALSE(defaults.config.autopin);
