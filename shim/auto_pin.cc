@@ -53,6 +53,21 @@ void AutoPin::Slow(const char* api, Via via, CopySide dst, CopySide src) {
   }
 }
 
+bool AutoPin::CountCopy(uintptr_t ptr, size_t bytes) {
+  if (limits_.after <= 1) return true;
+  std::lock_guard<std::mutex> lock(seen_mu_);
+  for (Seen& s : seen_) {
+    if (s.copies > 0 && s.ptr == ptr && s.bytes == bytes) {
+      if (++s.copies < limits_.after) return false;
+      s = Seen{};
+      return true;
+    }
+  }
+  seen_[seen_next_] = Seen{ptr, bytes, 1};
+  seen_next_ = (seen_next_ + 1) % kSeen;
+  return false;
+}
+
 void AutoPin::PinSide(const char* api, Via via, const CopySide& side, const CopySide& other,
                       bool to_device, Context ctx) {
   RegisterRequest req;
@@ -65,10 +80,12 @@ void AutoPin::PinSide(const char* api, Via via, const CopySide& side, const Copy
   const AutoPinOutcome out = pool_->AutoPin(
       req, limits_.max_bytes,
       [&] {
-        // Private anonymous pages only: shared and file-backed ones change
+        // Then private anonymous pages only: shared and file-backed ones change
         // with no event. Memory the driver knows (pinned, device, managed)
         // is not pageable, and a host-to-host copy gains nothing.
-        return ClassifyRange(side.lo, hi) == PageClass::kPrivateAnonymous &&
+        // The cost model's count first: only copies that would pin count.
+        return CountCopy(side.lo, side.bytes) &&
+               ClassifyRange(side.lo, hi) == PageClass::kPrivateAnonymous &&
                Ask(side.lo) == Known::kNothing && Ask(hi - 1) == Known::kNothing &&
                IsDevice(other);
       },

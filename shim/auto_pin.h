@@ -23,6 +23,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 
 #include "dispatch.h"
 #include "pool.h"
@@ -37,6 +38,7 @@ constexpr uint64_t kAutoPinFloor = uint64_t{64} << 10;
 struct AutoPinLimits {
   uint64_t min_bytes = uint64_t{4} << 20;  // LAZYPIN_AUTOPIN_MIN
   uint64_t max_bytes = uint64_t{1} << 32;  // LAZYPIN_AUTOPIN_BYTES: auto-pinned bytes held at once
+  int after = 1;  // LAZYPIN_AUTOPIN_AFTER: pin at this copy of a range (1: the first)
 };
 
 // One side of a copy as the hook sees it. `lo` 0: device memory (or a CUDA
@@ -87,12 +89,24 @@ class AutoPin {
   void Slow(const char* api, Via via, CopySide dst, CopySide src);
   void PinSide(const char* api, Via via, const CopySide& side, const CopySide& other,
                bool to_device, Context ctx);
+  // Counts a copy of [ptr, ptr + bytes) that could pin it; true at the
+  // `after`th (copies of ranges seen less recently than the last kSeen are forgotten).
+  bool CountCopy(uintptr_t ptr, size_t bytes);
 
   Pool* const pool_;
   DispatchEnv* const env_;
   AutoPinSink* const sink_;
   const AutoPinLimits limits_;
   std::atomic<bool> seen_copy_{false};
+  static constexpr int kSeen = 64;
+  struct Seen {
+    uintptr_t ptr = 0;
+    size_t bytes = 0;
+    int copies = 0;
+  };
+  std::mutex seen_mu_;
+  Seen seen_[kSeen];  // guarded by seen_mu_
+  int seen_next_ = 0;  // guarded by seen_mu_
 };
 
 }  // namespace lazypin

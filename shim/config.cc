@@ -232,6 +232,16 @@ const Option kOptions[] = {
        return Store(ParseSize(t, ram), &c->autopin_bytes);
      },
      [](const Config& c) { return std::to_string(c.autopin_bytes); }},
+    {"LAZYPIN_AUTOPIN_AFTER", "autopin_after", "1", "1", "a whole number from 1 to 1000",
+     "LAZYPIN_AUTOPIN pins a range at this copy of it (1: the first, which pays from about "
+     "4 MiB on the H200; 2: the second, for programs that copy most buffers once)",
+     [](std::string_view t, uint64_t, Config* c) {
+       const std::optional<int64_t> v = ParseCount(t, 1000);
+       if (!v || *v < 1) return false;
+       c->autopin_after = *v;
+       return true;
+     },
+     [](const Config& c) { return std::to_string(c.autopin_after); }},
 };
 const size_t kOptionCount = sizeof(kOptions) / sizeof(kOptions[0]);
 

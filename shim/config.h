@@ -38,6 +38,7 @@ struct Config {
   bool autopin = false;           // pin pageable memory of large copies through the pool
   uint64_t autopin_min = 0;       // the smallest copy auto-pinned
   uint64_t autopin_bytes = 0;     // bound on the bytes auto-pinned at once
+  int64_t autopin_after = 0;      // pin at this copy of a range
 };
 
 // One row per LAZYPIN_* variable of the shim: the one place that names it,

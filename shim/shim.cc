@@ -292,7 +292,8 @@ void Shim::Init() {
       fprintf(stderr, "%s\n", warnings_.back().c_str());
     } else {
       auto_pin_ = std::make_unique<AutoPin>(
-          pool_.get(), this, this, AutoPinLimits{config_.autopin_min, config_.autopin_bytes});
+          pool_.get(), this, this, AutoPinLimits{config_.autopin_min, config_.autopin_bytes,
+                                      static_cast<int>(config_.autopin_after)});
     }
   }
   pthread_atfork(ForkPrepareHandler, nullptr, ForkChildHandler);

@@ -117,6 +117,16 @@ class AutoPinTest(AppTestCase):
         run = self.compare(["--door", "runtime", "--form", "async"], LAZYPIN_AUTOPIN_MIN="16M")
         self.assertEqual(autopins(run.records), [])
 
+    def test_pinned_at_the_nth_copy(self):
+        run = self.compare(["--door", "getproc", "--form", "async", "--iters", "4"],
+                           LAZYPIN_AUTOPIN_AFTER="3")
+        h = int(diag(run.err, "h"), 16)
+        # h: pinned at its 3rd copy; after the query released it, the count starts again.
+        pins = [p for p in autopins(run.records) if int(p["ptr"], 16) == h]
+        self.assertEqual(len(pins), 1, pins)
+        self.assertEqual(run.records[-1]["pool"]["autopin"]["pins"], 2, "h and back, once each")
+        self.assertEqual(run.records[-1]["pool"]["autopin"]["hits"], 0, "h was not pinned then")
+
     def test_never_inside_a_capture(self):
         for door in ("runtime", "getproc"):
             with self.subTest(door=door):
