@@ -955,6 +955,17 @@ class RunOptions(unittest.TestCase):
         })
         self.assertEqual(cmd, "./app -n 'a b'")
 
+    def test_autopin_options(self):
+        env, _ = dry_env("--lib", self.lib, "--autopin", "--autopin-min", "8M",
+                         "--autopin-bytes", "2G", "--autopin-after", "2", "--", "./app")
+        self.assertEqual((env["LAZYPIN_MODE"], env["LAZYPIN_AUTOPIN"], env["LAZYPIN_AUTOPIN_MIN"],
+                          env["LAZYPIN_AUTOPIN_BYTES"], env["LAZYPIN_AUTOPIN_AFTER"]),
+                         ("defer", "1", "8M", "2G", "2"))
+        for bad in (["--autopin", "--mode", "log"], ["--autopin-min", "lots"],
+                    ["--autopin-after", "0"]):
+            r = lazypin("run", "--lib", self.lib, "--dry-run", *bad, "--", "true")
+            self.assertEqual(r.returncode, 2, (bad, r.stdout, r.stderr))
+
     def test_modes_and_sizes(self):
         for args, mode in ((["--mode", "log"], "log"), (["--mode", "off"], "off"),
                            (["--mode", "defer"], "defer"), (["--defer"], "defer")):
