@@ -9,7 +9,7 @@
 // lines starting "diag:" (stderr) say what the driver holds, which differs.
 //
 // CLI: autopin --door runtime|symbol|dlsym|getproc|getproc_pt --form FORM
-//              [--scenario basic|queries|invalidate|fork|bounds|small|capture|shared|partial|idle]
+//              [--scenario basic|threads|queries|invalidate|fork|bounds|small|capture|shared|partial|idle]
 //              [--size 8M] [--iters 4]
 // FORM: htod (HtoD/DtoH), async (HtoDAsync/DtoHAsync), any (cuMemcpy:
 // unified), any_async, 2d, 2d_async, 2du (cuMemcpy2DUnaligned, driver doors),
@@ -28,6 +28,8 @@
 #include <unistd.h>
 
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace {
 
@@ -287,6 +289,47 @@ int main(int argc, char** argv) {
     cudaGetLastError();
     RoundTrip("last", h, d, back, n, 53);
     free(h);
+  } else if (scenario == "threads") {
+    // Four threads copy the same source (each to its own device buffer and
+    // back, on its own stream) while the main thread queries it: every pin,
+    // query release and re-pin of one range races with the others' copies.
+    void* h = malloc(n);
+    Fill(h, n, 5);
+    std::vector<std::thread> threads;
+    std::vector<int> bad(4, 0);
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        cudaSetDevice(0);
+        cudaStream_t s;
+        void* dt = nullptr;
+        void* bt = malloc(n);
+        if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
+            cudaMalloc(&dt, n) != cudaSuccess) {
+          bad[t] = 1;
+          return;
+        }
+        for (int i = 0; i < iters; ++i) {
+          memset(bt, 0, n);
+          if (cudaMemcpyAsync(dt, h, n, cudaMemcpyHostToDevice, s) != cudaSuccess ||
+              cudaMemcpyAsync(bt, dt, n, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
+              cudaStreamSynchronize(s) != cudaSuccess || !Same(bt, n, 5)) {
+            bad[t] = 1;
+          }
+        }
+        cudaFree(dt);
+        cudaStreamDestroy(s);
+        free(bt);
+      });
+    }
+    for (int i = 0; i < iters; ++i) {
+      cudaPointerAttributes attr;
+      cudaPointerGetAttributes(&attr, h);
+      usleep(1000);
+    }
+    for (auto& t : threads) t.join();
+    for (int t = 0; t < 4; ++t) printf("thread %d bytes=%s\n", t, bad[t] ? "DIFFER" : "ok");
+    free(h);
+    for (int b : bad) if (b) exit(2);
   } else if (scenario == "queries") {
     // A program that asks about its memory before every copy.
     void* h = malloc(n);

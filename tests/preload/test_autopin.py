@@ -77,6 +77,13 @@ class AutoPinTest(AppTestCase):
                     self.assertIn("query", evicts)
                     self.assertIn("overlap", evicts)
 
+    def test_threads_copying_one_range_while_it_is_queried(self):
+        for _ in range(3):
+            run = self.compare(["--door", "runtime", "--form", "async", "--scenario", "threads",
+                                "--iters", "20"], LAZYPIN_AUTOPIN_MIN="1M")
+            self.assertEqual(run.out.count("bytes=ok"), 4)
+            self.assertGreater(len(autopins(run.records)), 0)
+
     def test_queries_before_every_copy_stop_the_pinning(self):
         run = self.compare(["--door", "getproc", "--form", "async", "--scenario", "queries",
                             "--iters", "6"])
