@@ -22,6 +22,12 @@ const char* ModeName(Mode mode);
 enum class WatchMode { kAuto, kKernel, kHooks };
 const char* WatchModeName(WatchMode mode);
 
+// Which calls carry their native stack (callsite.h): none, the calls that
+// reached the driver (and lazypin's own releases on the program's threads),
+// or every call, hits and deferrals included.
+enum class StackMode { kOff, kDriver, kAll };
+const char* StackModeName(StackMode mode);
+
 // Every field's default is its option row's default text (kOptions), parsed.
 struct Config {
   Mode mode = Mode::kOff;
@@ -35,6 +41,7 @@ struct Config {
   WatchMode watch = WatchMode::kAuto;
   bool defer_shared = false;      // defer shared and file-backed pages too
   bool unregister_wait = false;   // a deferred unregister waits for the work in flight first
+  StackMode stacks = StackMode::kOff;
   bool autopin = false;           // pin pageable memory of large copies through the pool
   uint64_t autopin_min = 0;       // the smallest copy auto-pinned
   uint64_t autopin_bytes = 0;     // bound on the bytes auto-pinned at once
@@ -95,6 +102,7 @@ std::optional<int64_t> ParseCount(std::string_view text, int64_t max);
 std::optional<bool> ParseBool(std::string_view text);
 std::optional<Mode> ParseMode(std::string_view text);
 std::optional<WatchMode> ParseWatchMode(std::string_view text);
+std::optional<StackMode> ParseStackMode(std::string_view text);
 
 
 }  // namespace lazypin

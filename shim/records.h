@@ -46,9 +46,11 @@ class ShortRecord {
   size_t size_ = 0;
 };
 
-ShortRecord CallRecordLine(int64_t t_ns, int tid, const CallRecord& record);
+// `stack`: the id of the call's native stack (callsite.h), 0 for none.
+ShortRecord CallRecordLine(int64_t t_ns, int tid, const CallRecord& record, int stack = 0);
 ShortRecord EvictRecordLine(int64_t t_ns, int tid, uintptr_t ptr, size_t bytes, EvictReason reason,
-                            int result, int64_t latency_ns, const ReleaseWait& wait);
+                            int result, int64_t latency_ns, const ReleaseWait& wait,
+                            int stack = 0);
 struct AutoPinRecord;
 // {"type":"autopin",...}: lazypin registered a copy's pageable host range (auto_pin.h).
 ShortRecord AutoPinRecordLine(int64_t t_ns, int tid, const AutoPinRecord& record);

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "callsite.h"
 #include "auto_pin.h"
 #include "capture.h"
 #include "collector.h"
@@ -30,6 +31,7 @@
 #include "log.h"
 #include "mem_watch.h"
 #include "memory_guard.h"
+#include "nvtx.h"
 #include "pfn.h"
 #include "pool.h"
 #include "real.h"
@@ -125,6 +127,7 @@ class Shim final : public DispatchEnv, public PoolObserver, public AutoPinSink {
     exchange(&restore);
     return Captures().ForbidsUnsafeCall(CaptureThreadId(), static_cast<CaptureMode>(mode));
   }
+  void CallStarts(const ProgramCall& call) override { nvtx::CallBegins(call.api); }
   void Record(const CallRecord& record) override;
   int WaitForDevice(Context ctx) override {
     // A synchronize would invalidate a capture in progress in the context,
@@ -173,6 +176,9 @@ class Shim final : public DispatchEnv, public PoolObserver, public AutoPinSink {
   int64_t start_mono_ns_ = 0;
   int64_t start_unix_ns_ = 0;
   std::unique_ptr<Log> log_;
+  // The stack of a record: 0 (none) unless LAZYPIN_STACKS asks for it here.
+  int StackOf(Action action);
+  std::unique_ptr<CallSites> sites_;  // with a log and LAZYPIN_STACKS on
   Stats stats_;
   std::unique_ptr<MemWatch> watch_;
   std::string watch_reason_;  // why the kernel watch is not on
@@ -266,6 +272,9 @@ void Shim::Init() {
                                   ? DefaultLogPattern(program_invocation_short_name)
                                   : config_.log_path;
   log_ = Log::Deferred(ExpandLogPath(pattern, getpid()));
+  if (config_.stacks != StackMode::kOff) {
+    sites_ = std::make_unique<CallSites>(reinterpret_cast<const void*>(&ExitHandler));
+  }
   if (effective_ == Mode::kDefer) {
     PoolLimits limits;
     limits.max_bytes = config_.pool_bytes;
@@ -373,20 +382,35 @@ void Shim::InstallExitHandlerOnce() {
   atexit(ExitHandler);
 }
 
+int Shim::StackOf(Action action) {
+  // Hits and deferrals cost about a microsecond; a stack costs more.
+  if (!sites_ || t_state.own_thread) return 0;
+  if (config_.stacks != StackMode::kAll && (action == Action::kHit || action == Action::kDeferred)) {
+    return 0;
+  }
+  return sites_->Capture([this](std::string_view line) { log_->Write(line); });
+}
+
 void Shim::Record(const CallRecord& record) {
+  nvtx::CallEnds(record.action, record.reason);
   stats_.RecordCall(record.call.api, record.call.bytes, record.result, record.latency_ns,
                     record.action);
-  if (log_) log_->Write(CallRecordLine(SinceStart(), ThreadId(), record).view());
+  if (log_) {
+    const int stack = StackOf(record.action);
+    log_->Write(CallRecordLine(SinceStart(), ThreadId(), record, stack).view());
+  }
   InstallExitHandlerOnce();
 }
 
 void Shim::OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result, int64_t latency_ns,
                    const ReleaseWait& wait) {
+  nvtx::Evicted(reason, wait.forced);
   stats_.RecordEvict(latency_ns);
   if (log_) {
-    log_->Write(
-        EvictRecordLine(SinceStart(), ThreadId(), ptr, bytes, reason, result, latency_ns, wait)
-            .view());
+    const int stack = StackOf(Action::kForward);
+    log_->Write(EvictRecordLine(SinceStart(), ThreadId(), ptr, bytes, reason, result, latency_ns,
+                                wait, stack)
+                    .view());
   }
 }
 

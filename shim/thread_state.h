@@ -20,6 +20,7 @@ struct ThreadState {
   void* queued_frees[kQueuedFrees] = {};
   int queued_free_count = 0;
   struct RuntimeFrame* runtime_frame = nullptr;  // see dispatch.h
+  bool own_thread = false;  // one of lazypin's own threads (StartThreadWithSignalsBlocked)
 };
 extern thread_local ThreadState t_state LAZYPIN_TLS;
 
@@ -34,7 +35,10 @@ std::thread StartThreadWithSignalsBlocked(Fn&& body) {
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &old);  // the new thread inherits the mask
-  std::thread thread(std::forward<Fn>(body));
+  std::thread thread([body = std::forward<Fn>(body)]() mutable {
+    t_state.own_thread = true;
+    body();
+  });
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   return thread;
 }
