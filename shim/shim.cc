@@ -416,6 +416,7 @@ void Shim::OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result, 
 
 void Shim::RecordAutoPin(const AutoPinRecord& record) {
   if (record.result != kCudaSuccess) stats_.RecordAutoPinFailure();
+  nvtx::AutoPinned(record.result == kCudaSuccess);
   if (log_) log_->Write(AutoPinRecordLine(SinceStart(), ThreadId(), record).view());
   InstallExitHandlerOnce();
 }

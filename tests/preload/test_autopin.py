@@ -8,6 +8,7 @@ the call, a device-to-host one must be complete on return) shows in the bytes;
 the sim's stale-frame detector (root) aborts on any DMA through old frames.
 Environment: as test_preload.py.
 """
+import os
 import re
 import unittest
 
@@ -90,6 +91,18 @@ class AutoPinTest(AppTestCase):
         h = int(diag(run.err, "h"), 16)
         self.assertEqual(len([p for p in autopins(run.records) if int(p["ptr"], 16) == h]), 2)
         self.assertEqual(run.records[-1]["pool"]["autopin"]["queried"], 4)
+
+    def test_each_pin_is_a_marker_on_the_timeline(self):
+        recorder = os.environ.get("NVTX_RECORDER")
+        if not recorder:
+            self.skipTest("no NVTX_RECORDER")
+        record = os.path.join(self.dir, "nvtx.txt")
+        run = self.compare(["--door", "getproc", "--form", "async"],
+                           NVTX_INJECTION64_PATH=recorder, NVTX_RECORD=record)
+        with open(record) as f:
+            marks = [l.rstrip("\n") for l in f if l.startswith("mark lazypin ")]
+        self.assertEqual(marks.count("mark lazypin autopin"), len(autopins(run.records)))
+        self.assertIn("mark lazypin evict:query", marks)
 
     # -- what changes the pages ------------------------------------------------
     def test_every_page_change_invalidates(self):
