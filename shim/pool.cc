@@ -102,16 +102,18 @@ Pool::Queried* Pool::FindQueried(uintptr_t base, size_t bytes) {
   return nullptr;
 }
 
-void Pool::TakeVictim(Entry& e, EvictReason reason, std::vector<Victim>* victims) {
-  if (e.auto_pinned && reason == EvictReason::kQuery) {
-    Queried* q = FindQueried(e.base, e.bytes);
-    if (q == nullptr) {
-      q = &queried_[queried_next_];
-      queried_next_ = (queried_next_ + 1) % static_cast<int>(std::size(queried_));
-      *q = Queried{e.base, e.bytes, 0};
-    }
-    q->count += 1;
+void Pool::NoteQueried(uintptr_t base, size_t bytes, int count) {
+  Queried* q = FindQueried(base, bytes);
+  if (q == nullptr) {
+    q = &queried_[queried_next_];
+    queried_next_ = (queried_next_ + 1) % static_cast<int>(std::size(queried_));
+    *q = Queried{base, bytes, 0};
   }
+  q->count += count;
+}
+
+void Pool::TakeVictim(Entry& e, EvictReason reason, std::vector<Victim>* victims) {
+  if (e.auto_pinned && reason == EvictReason::kQuery) NoteQueried(e.base, e.bytes, 1);
   UnmarkDeferred(e);
   e.state = State::kEvicting;
   counters_.evictions[static_cast<int>(reason)] += 1;
@@ -248,6 +250,12 @@ AutoPinOutcome Pool::AutoPin(const RegisterRequest& req, uint64_t max_auto_bytes
   out.register_ns = driver_->NowNs() - t0;
   if (out.driver_result != kCudaSuccess) {
     driver_->Release(lo, hi);
+    {
+      // Refused (read-only memory, registered behind the pool's back, out of
+      // pinnable memory): not asked again for each copy of it.
+      std::lock_guard<std::mutex> lock(mu_);
+      NoteQueried(req.ptr, req.bytes, kAutoPinQueryLimit);
+    }
     EndInflight(page);
     return out;
   }

@@ -160,9 +160,10 @@ class Pool {
   // nothing of them), and the driver's watch admits it, `register_fn()`
   // registers it (flags 0) and it enters the pool as a deferred entry: to the
   // program it is still pageable. A range whose auto-pin pointer queries
-  // released kAutoPinQueryLimit times is not auto-pinned again (a program that
-  // asks about its memory before each copy would pay a register and an
-  // unregister per copy). To the
+  // released kAutoPinQueryLimit times, or whose register the driver refused,
+  // is not auto-pinned again (a program that asks about its memory before
+  // each copy would pay a register and an unregister per copy; a refused one
+  // a failed register), until 16 other such ranges have been seen. To the
   // program it is still pageable, and it is invalidated, evicted, hit and
   // released exactly like memory the program unregistered. Neither callback
   // is called with the lock held.
@@ -284,6 +285,8 @@ class Pool {
     int count = 0;
   };
   Queried* FindQueried(uintptr_t base, size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts `count` more releases (or a refusal: kAutoPinQueryLimit) of the range.
+  void NoteQueried(uintptr_t base, size_t bytes, int count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   PoolDriver* const driver_;
   PoolObserver* const observer_;

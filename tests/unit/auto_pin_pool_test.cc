@@ -191,13 +191,17 @@ TEST_F(AutoPinPoolTest, IneligibleUnwatchableOtherContextOrRefusedIsLeftAlone) {
   EXPECT_EQ(refused.driver_result, model::kAlreadyRegistered);
   EXPECT_EQ(driver_.watched, 0);
   EXPECT_EQ(driver_.model.Unregister(kA), 0);
+  // A refused range is not asked again for every copy of it.
+  EXPECT_FALSE(Pin(kA, 16 * kPage).attempted);
+  EXPECT_TRUE(Pin(kA, 12 * kPage).attempted) << "another range";
+  ASSERT_EQ(pool_->Invalidate(kA, kA + 1, EvictReason::kMunmap), 1);
   // Pinned in one context: a copy in another context neither counts nor pins over it.
-  ASSERT_EQ(Pin(kA, 16 * kPage, kCtx1).result, AutoPinResult::kPinned);
-  EXPECT_EQ(Pin(kA, 16 * kPage, kCtx2).result, AutoPinResult::kSkipped);
+  ASSERT_EQ(Pin(kA, 12 * kPage, kCtx1).result, AutoPinResult::kPinned);
+  EXPECT_EQ(Pin(kA, 12 * kPage, kCtx2).result, AutoPinResult::kSkipped);
   // The program's in-use registration of any part of it: left alone.
   ASSERT_EQ(Reg(kB, 4 * kPage).result, 0);
   EXPECT_EQ(Pin(kB - kPage, 16 * kPage).result, AutoPinResult::kSkipped);
-  EXPECT_EQ(pool_->Counters().autopins, 1u);
+  EXPECT_EQ(pool_->Counters().autopins, 2u) << "the 12-page range, twice";
 }
 
 TEST_F(AutoPinPoolTest, AContextTeardownReleasesIt) {
