@@ -29,6 +29,14 @@ void BM_CaptureInterned(benchmark::State& state) {
 }
 BENCHMARK(BM_CaptureInterned)->Arg(0)->Arg(4)->Arg(8)->Arg(16);
 
+// LAZYPIN_STACKS=1's common case: a call shape already seen (no unwinding).
+void BM_CaptureOnceSeenShape(benchmark::State& state) {
+  lazypin::CallSites sites(nullptr);
+  sites.CaptureOnce(7, [](std::string_view) {});
+  for (auto _ : state) benchmark::DoNotOptimize(sites.CaptureOnce(7, [](std::string_view) {}));
+}
+BENCHMARK(BM_CaptureOnceSeenShape);
+
 void BM_GlibcBacktrace(benchmark::State& state) {
   auto capture = [] {
     void* frames[lazypin::CallSites::kMaxFrames];

@@ -98,6 +98,21 @@ int CallSites::Capture(Emit emit) {
   return Intern(frames, count, PythonFrame(), emit);
 }
 
+int CallSites::CaptureOnce(uint64_t key, Emit emit) {
+  if (key != 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (keys_.empty()) keys_.resize(kKeys);
+    const KeySlot& slot = keys_[(key * 0x9e3779b97f4a7c15u) >> 52];
+    if (slot.key == key && slot.id != 0) return slot.id;
+  }
+  const int id = Capture(emit);
+  if (key != 0 && id != 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    keys_[(key * 0x9e3779b97f4a7c15u) >> 52] = KeySlot{key, id};
+  }
+  return id;
+}
+
 int CallSites::Intern(const uintptr_t* frames, size_t count, std::string_view python, Emit emit) {
   if (count == 0) return 0;
   count = std::min(count, kMaxFrames);

@@ -48,6 +48,12 @@ class CallSites {
   using Emit = absl::FunctionRef<void(std::string_view line)>;
   int Capture(Emit emit);
 
+  // Capture() once per `key` (a call's API, address and size): a later call
+  // with the same key gets the id its first one got, without unwinding
+  // (about 100-250 ns a frame). A key's slot taken by another key captures
+  // again. `key` 0: always captures.
+  int CaptureOnce(uint64_t key, Emit emit);
+
   // The same with frames (and a Python line, "" for none) the caller took.
   int Intern(const uintptr_t* frames, size_t count, std::string_view python, Emit emit);
 
@@ -70,8 +76,15 @@ class CallSites {
   // Scans the loaded objects; returns the `objects` line for those not yet written ("" if none).
   std::string NewObjectsLine() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  static constexpr size_t kKeys = 4096;
+  struct KeySlot {
+    uint64_t key = 0;
+    int id = 0;
+  };
+
   const void* const own_code_;
   std::mutex mu_;
+  std::vector<KeySlot> keys_ ABSL_GUARDED_BY(mu_);  // kKeys, made on first use
   bool own_known_ ABSL_GUARDED_BY(mu_) = false;
   std::pair<uintptr_t, uintptr_t> own_ ABSL_GUARDED_BY(mu_) = {0, 0};
   std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);  // kSlots, made on first use

@@ -246,6 +246,9 @@ AutoPinOutcome Pool::AutoPin(const RegisterRequest& req, uint64_t max_auto_bytes
   }
   out.attempted = true;
   const int64_t t0 = driver_->NowNs();
+  // Large ranges are faulted in by several threads first, as for a program's
+  // first register (LAZYPIN_PREFAULT); part of the register's cost.
+  driver_->Prefault(lo, hi, 0);
   out.driver_result = register_fn();
   out.register_ns = driver_->NowNs() - t0;
   if (out.driver_result != kCudaSuccess) {
@@ -347,6 +350,8 @@ Outcome Pool::Register(const RegisterRequest& req, absl::FunctionRef<int()> forw
   // pages goes unseen; released again if the driver refuses it.
   const PassReason pass = driver_->Admit(lo, hi);
   const bool watched = pass == PassReason::kNone;
+  // Not where the driver refuses without pinning (no context): it touches nothing then.
+  if (!forward_only && req.ctx != nullptr) driver_->Prefault(lo, hi, req.flags);
   out.result = forward();
   if (!forward_only && out.result == kCudaOutOfMemory && !Empty()) {
     // Make room: release everything pooled, then try once more.

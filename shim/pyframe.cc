@@ -19,6 +19,12 @@ struct PythonApi {
   int (*is_initialized)();
   int (*is_finalizing)();  // Py_IsFinalizing (3.13) or _Py_IsFinalizing (3.7-3.12)
   int (*gil_check)();
+  // The thread's current state (PyThreadState_GetUnchecked, 3.13; before:
+  // _PyThreadState_UncheckedGet) and the one PyGILState knows for it.
+  Object (*current_state)();
+  Object (*this_thread_state)();
+  int (*gc_disable)();  // PyGC_Disable / PyGC_Enable (3.10): the previous state
+  int (*gc_enable)();
   Object (*get_frame)();  // PyEval_GetFrame: borrowed
   int (*line_number)(Object frame);
   Object (*frame_code)(Object frame);  // new reference
@@ -41,7 +47,13 @@ const PythonApi* Api() {
     };
     if (!get(&a.gil_check, "PyGILState_Check")) return nullptr;  // no Python here
     if (!get(&a.is_finalizing, "Py_IsFinalizing")) get(&a.is_finalizing, "_Py_IsFinalizing");
+    if (!get(&a.current_state, "PyThreadState_GetUnchecked")) {
+      get(&a.current_state, "_PyThreadState_UncheckedGet");
+    }
     const bool all = get(&a.is_initialized, "Py_IsInitialized") && a.is_finalizing != nullptr &&
+                     a.current_state != nullptr &&
+                     get(&a.this_thread_state, "PyGILState_GetThisThreadState") &&
+                     get(&a.gc_disable, "PyGC_Disable") && get(&a.gc_enable, "PyGC_Enable") &&
                      get(&a.get_frame, "PyEval_GetFrame") &&
                      get(&a.line_number, "PyFrame_GetLineNumber") &&
                      get(&a.frame_code, "PyFrame_GetCode") &&
@@ -60,13 +72,19 @@ std::string PythonFrame() {
   if (py == nullptr || !py->is_initialized() || py->is_finalizing() || py->gil_check() != 1) {
     return "";
   }
-  Object frame = py->get_frame();
-  if (frame == nullptr) return "";
+  // PyGILState_Check answers 1 on every thread once a sub-interpreter exists:
+  // this thread must also be the one whose state is current.
+  Object state = py->current_state();
+  if (state == nullptr || state != py->this_thread_state()) return "";
   Object type, value, traceback;
   py->err_fetch(&type, &value, &traceback);
+  // Making the frame object (3.11+) allocates, and an allocation may collect:
+  // no finalizer of the program's may run inside a CUDA hook.
+  const int gc_was_enabled = py->gc_disable();
   std::string where;
-  const int line = py->line_number(frame);
-  if (Object code = py->frame_code(frame)) {
+  Object frame = py->get_frame();
+  const int line = frame != nullptr ? py->line_number(frame) : 0;
+  if (Object code = frame != nullptr ? py->frame_code(frame) : nullptr) {
     Object file = py->get_attr(code, "co_filename");
     Object name = py->get_attr(code, "co_name");
     const char* file_text = file != nullptr ? py->as_utf8(file) : nullptr;
@@ -78,6 +96,7 @@ std::string PythonFrame() {
     if (file != nullptr) py->dec_ref(file);
     py->dec_ref(code);
   }
+  if (gc_was_enabled) py->gc_enable();
   py->err_restore(type, value, traceback);  // drops whatever the lookups set
   return where;
 }

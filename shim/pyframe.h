@@ -3,10 +3,13 @@
 // that pinned is the innermost Python frame of the calling thread.
 //
 // Read through the interpreter's own C API, found with dlsym in the process
-// (nothing is loaded, nothing linked), and only when it is safe to call: the
-// interpreter is initialized and not finalizing, and the calling thread holds
-// the GIL (PyGILState_Check), as it does when an extension calls CUDA without
-// releasing it (CuPy's and Numba's register paths). When the GIL is released
+// (nothing is loaded, nothing linked; CPython 3.10 or later), and only when it
+// is safe to call: the interpreter is initialized and not finalizing, and the
+// calling thread holds the GIL (PyGILState_Check, and its thread state is the
+// current one: sub-interpreters make the check alone answer yes everywhere),
+// as it does when an extension calls CUDA without releasing it (CuPy's and
+// Numba's register paths). The garbage collector is off meanwhile (making a
+// frame object allocates): no finalizer runs inside the hook. When the GIL is released
 // (PyTorch's allocator), there is no Python frame to read safely: none is named.
 // Any exception the program had set is kept as it was.
 #pragma once

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -28,6 +29,7 @@
 #include "dispatch.h"
 #include "fmt/format.h"
 #include "hooks_memory.h"
+#include "host_alloc_cache.h"
 #include "log.h"
 #include "mem_watch.h"
 #include "memory_guard.h"
@@ -88,7 +90,8 @@ bool LeftSetUpProcess();
 
 // Everything lazypin set up in this process. Never destroyed: hooks may run
 // until the very end.
-class Shim final : public DispatchEnv, public PoolObserver, public AutoPinSink {
+class Shim final : public DispatchEnv, public PoolObserver, public HostAllocObserver,
+                   public AutoPinSink {
  public:
   void Init();
   void AtExit();
@@ -160,6 +163,10 @@ class Shim final : public DispatchEnv, public PoolObserver, public AutoPinSink {
                const ReleaseWait& wait) override;
   void OnWarning(const std::string& message) override;
 
+  // HostAllocObserver
+  void OnHostRelease(uintptr_t ptr, size_t bytes, EvictReason reason, int result,
+                     int64_t latency_ns, const ReleaseWait& wait) override;
+
   // AutoPinSink
   void RecordAutoPin(const AutoPinRecord& record) override;
   void OnFirstCopy() override { InstallExitHandlerOnce(); }
@@ -177,13 +184,17 @@ class Shim final : public DispatchEnv, public PoolObserver, public AutoPinSink {
   int64_t start_unix_ns_ = 0;
   std::unique_ptr<Log> log_;
   // The stack of a record: 0 (none) unless LAZYPIN_STACKS asks for it here.
-  int StackOf(Action action);
+  // A program call's stack. `what`, `ptr` and `bytes` name the call's shape:
+  // with LAZYPIN_STACKS=1 each shape is unwound once (CallSites::CaptureOnce).
+  int StackOf(Action action, uint64_t what, uintptr_t ptr, size_t bytes);
   std::unique_ptr<CallSites> sites_;  // with a log and LAZYPIN_STACKS on
   Stats stats_;
   std::unique_ptr<MemWatch> watch_;
   std::string watch_reason_;  // why the kernel watch is not on
   std::unique_ptr<PoolDriver> pool_driver_;
   std::unique_ptr<Pool> pool_;
+  std::unique_ptr<HostAllocDriver> host_driver_;
+  std::unique_ptr<HostAllocCache> host_cache_;  // defer mode with LAZYPIN_HOST_ALLOC_CACHE > 0
   std::unique_ptr<Collector> collector_;
   std::unique_ptr<Dispatch> dispatch_;
   std::unique_ptr<MemoryGuard> guard_;
@@ -226,6 +237,60 @@ void Shim::MarkProcess() {
   process_mark_ = static_cast<const uint32_t*>(page);
 }
 
+namespace {
+
+// `path`'s first line as a number of bytes; 0 when unreadable or "max".
+uint64_t ReadLimit(const char* path) {
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[64];
+  const ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  uint64_t v = 0;
+  for (ssize_t i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; ++i) v = v * 10 + (buf[i] - '0');
+  return v;
+}
+
+}  // namespace
+
+// What "N% of RAM" means: the machine's memory, or the memory limit of this
+// process's cgroup (v2 memory.max, v1 memory.limit_in_bytes) when lower, so
+// that pinned memory kept for later never pushes a container past its limit.
+uint64_t MemoryForPercentages() {
+  const uint64_t ram = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+                       static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  char text[2048];
+  const int fd = open("/proc/self/cgroup", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ram;
+  const ssize_t n = read(fd, text, sizeof(text) - 1);
+  close(fd);
+  if (n <= 0) return ram;
+  text[n] = '\0';
+  // One line per hierarchy, "id:controllers:/path": the v1 memory
+  // controller's if there is one (hybrid set-ups), else v2's "0::/path".
+  char path[640] = "";
+  for (char* line = text; line != nullptr && *line != '\0';) {
+    char* next = strchr(line, '\n');
+    if (next != nullptr) *next++ = '\0';
+    const char* colon = strchr(line, ':');
+    if (colon != nullptr) {
+      const char* controllers = colon + 1;
+      const char* rest = strchr(controllers, ':');
+      if (rest != nullptr && strncmp(controllers, "memory:", 7) == 0) {
+        snprintf(path, sizeof(path), "/sys/fs/cgroup/memory%s/memory.limit_in_bytes", rest + 1);
+        break;
+      }
+      if (rest != nullptr && rest == controllers && line[0] == '0') {
+        snprintf(path, sizeof(path), "/sys/fs/cgroup%s/memory.max", rest + 1);
+      }
+    }
+    line = next;
+  }
+  const uint64_t limit = path[0] != '\0' ? ReadLimit(path) : 0;
+  return limit != 0 && limit < ram ? limit : ram;
+}
+
 // Set-up, inside the program's first call: parse the configuration, build the
 // call path (and, deferring, the pool and its collector thread), publish it,
 // and start the log's writer thread, which creates the file and writes the
@@ -234,8 +299,7 @@ void Shim::Init() {
   MarkProcess();
   start_mono_ns_ = MonotonicNs();
   start_unix_ns_ = UnixNs();
-  const uint64_t ram = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
-                       static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t ram = MemoryForPercentages();
   ParsedConfig parsed = ParseConfig([](const char* name) { return getenv(name); }, ram, environ);
   config_ = parsed.config;
   warnings_ = std::move(parsed.errors);
@@ -280,13 +344,22 @@ void Shim::Init() {
     limits.max_bytes = config_.pool_bytes;
     limits.max_entries = config_.pool_entries;
     limits.check_frames = config_.check_pfn;
-    pool_driver_ = MakeCudaPoolDriver(watch_.get(), config_.defer_shared);
+    pool_driver_ = MakeCudaPoolDriver(watch_.get(), config_.defer_shared, config_.prefault_threads);
     pool_ = std::make_unique<Pool>(pool_driver_.get(), this, limits);
+    if (config_.host_alloc_bytes > 0) {
+      HostAllocLimits host_limits;
+      host_limits.max_bytes = config_.host_alloc_bytes;
+      host_limits.max_entries = config_.pool_entries;
+      host_driver_ = MakeCudaHostAllocDriver();
+      host_cache_ = std::make_unique<HostAllocCache>(host_driver_.get(), this, host_limits);
+    }
     collector_ = std::make_unique<Collector>(pool_.get(), config_.idle_ms, &RealFree, FreeBounds{},
-                                             &Captures());
-    guard_ = std::make_unique<MemoryGuard>(pool_.get(), collector_.get(), &LeftSetUpProcess);
+                                             &Captures(), host_cache_.get());
+    guard_ = std::make_unique<MemoryGuard>(pool_.get(), collector_.get(), &LeftSetUpProcess,
+                                           host_cache_.get());
   }
-  dispatch_ = std::make_unique<Dispatch>(this, pool_.get(), config_.unregister_wait);
+  dispatch_ = std::make_unique<Dispatch>(this, pool_.get(), config_.unregister_wait,
+                                         host_cache_.get());
   if (config_.autopin) {
     // Auto-pinned memory is pageable to the program: every change of its
     // pages must be seen, raw system calls too, so the kernel watch is required.
@@ -382,13 +455,14 @@ void Shim::InstallExitHandlerOnce() {
   atexit(ExitHandler);
 }
 
-int Shim::StackOf(Action action) {
+int Shim::StackOf(Action action, uint64_t what, uintptr_t ptr, size_t bytes) {
   // Hits and deferrals cost about a microsecond; a stack costs more.
   if (!sites_ || t_state.own_thread) return 0;
-  if (config_.stacks != StackMode::kAll && (action == Action::kHit || action == Action::kDeferred)) {
-    return 0;
-  }
-  return sites_->Capture([this](std::string_view line) { log_->Write(line); });
+  if (config_.stacks == StackMode::kAll) return sites_->CaptureOnce(0, [this](std::string_view line) { log_->Write(line); });
+  if (action == Action::kHit || action == Action::kDeferred) return 0;
+  // One stack per call shape (what, address, size): a loop over one buffer unwinds once.
+  const uint64_t key = (what * 0x9e3779b97f4a7c15u) ^ (ptr * 0xff51afd7ed558ccdu) ^ bytes;
+  return sites_->CaptureOnce(key | 1, [this](std::string_view line) { log_->Write(line); });
 }
 
 void Shim::Record(const CallRecord& record) {
@@ -396,7 +470,8 @@ void Shim::Record(const CallRecord& record) {
   stats_.RecordCall(record.call.api, record.call.bytes, record.result, record.latency_ns,
                     record.action);
   if (log_) {
-    const int stack = StackOf(record.action);
+    const int stack = StackOf(record.action, static_cast<uint64_t>(record.call.api) << 8 | record.call.flags,
+                              reinterpret_cast<uintptr_t>(record.call.ptr), record.call.bytes);
     log_->Write(CallRecordLine(SinceStart(), ThreadId(), record, stack).view());
   }
   InstallExitHandlerOnce();
@@ -406,11 +481,21 @@ void Shim::OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result, 
                    const ReleaseWait& wait) {
   nvtx::Evicted(reason, wait.forced);
   stats_.RecordEvict(latency_ns);
+  // No stack: an eviction may run in a memory hook called from a signal
+  // handler, where neither the unwinder's table lock nor Python may be taken.
   if (log_) {
-    const int stack = StackOf(Action::kForward);
-    log_->Write(EvictRecordLine(SinceStart(), ThreadId(), ptr, bytes, reason, result, latency_ns,
-                                wait, stack)
-                    .view());
+    log_->Write(
+        EvictRecordLine(SinceStart(), ThreadId(), ptr, bytes, reason, result, latency_ns, wait)
+            .view());
+  }
+}
+
+void Shim::OnHostRelease(uintptr_t ptr, size_t bytes, EvictReason reason, int result,
+                         int64_t latency_ns, const ReleaseWait& wait) {
+  if (log_) {
+    log_->Write(
+        HostReleaseRecordLine(SinceStart(), ThreadId(), ptr, bytes, reason, result, latency_ns, wait)
+            .view());
   }
 }
 
@@ -435,16 +520,19 @@ void Shim::AtExit() {
   // From here on a free of pooled memory invalidates on the freeing thread:
   // the collector stops.
   if (guard_) {
-    static const MemoryGuard exit_guard(pool_.get(), nullptr, &LeftSetUpProcess);
+    static const MemoryGuard exit_guard(pool_.get(), nullptr, &LeftSetUpProcess, host_cache_.get());
     Publish(new ShimState{state_->requested, state_->effective, state_->why, dispatch_.get(),
                           &exit_guard});
   }
   if (collector_) collector_->Stop();
   if (pool_ && config_.release_at_exit) pool_->ReleaseAll(EvictReason::kExit);
+  if (host_cache_ && config_.release_at_exit) host_cache_->ReleaseAll(EvictReason::kExit);
   const PoolCounters counters = pool_ ? pool_->Counters() : PoolCounters{};
+  const HostAllocCounters host_counters = host_cache_ ? host_cache_->Counters() : HostAllocCounters{};
+  const HostAllocCounters* host = host_cache_ ? &host_counters : nullptr;
   std::string log_note;
   if (log_) {
-    log_->Close(stats_.SummaryJson(counters, SinceStart(), "exit"));
+    log_->Close(stats_.SummaryJson(counters, SinceStart(), "exit", host));
     // No file: the writer said why on stderr when it could not create it.
     const std::string failure = log_->failure();
     if (log_->has_file()) {
@@ -454,7 +542,7 @@ void Shim::AtExit() {
     }
   }
   if (config_.summary) {
-    const std::string text = stats_.SummaryText(counters, pool_ != nullptr) + log_note;
+    const std::string text = stats_.SummaryText(counters, pool_ != nullptr, host) + log_note;
     fputs(text.c_str(), stderr);
   } else if (!log_note.empty() && log_note.find("incomplete") != std::string::npos) {
     fputs(log_note.c_str(), stderr);
@@ -498,6 +586,8 @@ void Shim::BeforeFork() {
   if (state == nullptr || state->dispatch == nullptr) return;
   ScopedInsideLazypin inside;
   pool_->ReleaseAll(EvictReason::kFork);
+  // Pinned blocks the program freed are not copied into the child either.
+  if (host_cache_) host_cache_->ReleaseAll(EvictReason::kFork);
 }
 
 void Shim::InForkChild() {
@@ -507,6 +597,7 @@ void Shim::InForkChild() {
   // through. Async-signal-safe (a clone's child may come here from a signal).
   in_child_ = true;
   if (pool_) pool_->AbandonAfterFork();
+  if (host_cache_) host_cache_->AbandonAfterFork();
   if (watch_) watch_->AbandonAfterFork();
   static const ShimState child{Mode::kOff, Mode::kOff, "a fork's child", nullptr, nullptr};
   Publish(&child);

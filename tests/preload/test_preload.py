@@ -308,6 +308,8 @@ class PreloadTest(AppTestCase):
                    "cuMemcpy2DAsync_v2", "cuMemcpy3DAsync_v2", "cuMemcpyHtoDAsync_v2_ptsz",
                    "cuMemcpyDtoHAsync_v2_ptsz", "cuMemcpyAsync_ptsz", "cuMemcpy2DAsync_v2_ptsz",
                    "cuMemcpy3DAsync_v2_ptsz",
+                   "cudaHostAlloc", "cudaMallocHost", "cudaFreeHost", "cuMemHostAlloc",
+                   "cuMemAllocHost", "cuMemAllocHost_v2", "cuMemFreeHost",
                    # synchronous copies (LAZYPIN_AUTOPIN) and their per-thread twins
                    "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuMemcpy", "cuMemcpy2D_v2",
                    "cuMemcpy2DUnaligned_v2", "cuMemcpy3D_v2", "cuMemcpyHtoD_v2_ptds",

@@ -55,6 +55,27 @@ TEST(CallSitesTest, OneIdPerStackWrittenOnceBeforeItsFirstUse) {
   EXPECT_THAT(out.lines[2], StartsWith(R"({"type":"stack","id":2,"frames":["0x)"));
 }
 
+__attribute__((noinline)) int OnceHere(CallSites& sites, Lines& out, uint64_t key) {
+  const int id = sites.CaptureOnce(key, out);
+  asm volatile("" ::: "memory");
+  return id;
+}
+__attribute__((noinline)) int OnceThere(CallSites& sites, Lines& out, uint64_t key) {
+  const int id = sites.CaptureOnce(key, out);
+  asm volatile("" ::: "memory");
+  return id;
+}
+
+TEST(CallSitesTest, OneCaptureForEachCallShape) {
+  CallSites sites(nullptr);
+  Lines out;
+  const int a = OnceHere(sites, out, 42);
+  EXPECT_EQ(OnceThere(sites, out, 42), a);  // same shape: not unwound again, so the first stack
+  const int b = OnceThere(sites, out, 43);
+  EXPECT_NE(b, a);
+  EXPECT_NE(OnceHere(sites, out, 0), OnceThere(sites, out, 0));  // 0: every call unwound
+}
+
 TEST(CallSitesTest, FramesAreReturnAddressesInnermostFirst) {
   uintptr_t frames[CallSites::kMaxFrames];
   const size_t n = CaptureFrames(frames, CallSites::kMaxFrames, 0, 0);
