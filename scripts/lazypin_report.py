@@ -438,6 +438,8 @@ class Log:
         self.idle_gone = {}         # ptr -> t of its last use, released idle
         self.lru_gone = set()
         self.freed_sizes = {}       # bytes -> freed pooled registrations not yet re-registered
+        # auto-pins (LAZYPIN_AUTOPIN): {"pins", "failed", "bytes", "register_ns", "apis": {api: n}}
+        self.autopin = {"pins": 0, "failed": 0, "bytes": 0, "register_ns": 0, "apis": {}}
         self.f = {"idle_reuse": 0, "idle_gap_max_ns": 0, "lru_reload": 0, "pattern": 0,
                   "too_big": 0, "too_big_max": 0, "busy": 0, "busy_bytes": 0,
                   "waited_ns": 0, "old_passthrough": 0, "in_call": 0, "ptr_memory_full": False}
@@ -594,6 +596,16 @@ class Log:
         elif kind == "host_release":
             r = str(rec.get("reason", "?"))
             self.host_releases[r] = self.host_releases.get(r, 0) + 1
+        elif kind == "autopin":
+            a = self.autopin
+            if as_int(rec.get("result")) == 0:
+                a["pins"] += 1
+                a["bytes"] += max(0, as_int(rec.get("bytes")))
+                a["register_ns"] += max(0, as_int(rec.get("latency_ns")))
+                api = str(rec.get("api", "?"))
+                a["apis"][api] = a["apis"].get(api, 0) + 1
+            else:
+                a["failed"] += 1
         elif kind == "header":
             self.on_header(rec, lineno)
         elif kind == "warning":
@@ -1370,6 +1382,39 @@ def advise(logs, procs, pool):
     return out
 
 
+# Copy rates for the auto-pin estimate: the H200's (issue 19: 64 MiB pageable
+# 9.4-11 ms, pinned 1.24-1.29 ms), as bytes per ns. The shim does not time the
+# pageable copies it no longer makes, so what a pinned copy saved is priced here.
+PAGEABLE_BYTES_PER_NS = 6.5
+PINNED_BYTES_PER_NS = 53.0
+
+
+def autopin_summary(logs):
+    """What LAZYPIN_AUTOPIN did: from the autopin records and the summaries' pool.autopin."""
+    out = {"pins": 0, "failed": 0, "bytes": 0, "register_ns": 0, "apis": {}, "copies": None,
+           "copy_bytes": None, "program_hits": None, "over_bound": None}
+    for log in logs:
+        a = log.autopin
+        for k in ("pins", "failed", "bytes", "register_ns"):
+            out[k] += a[k]
+        for api, n in a["apis"].items():
+            out["apis"][api] = out["apis"].get(api, 0) + n
+        s = (log.summary or {}).get("pool", {}).get("autopin")
+        if isinstance(s, dict):
+            for key, field in (("copies", "copies"), ("copy_bytes", "copy_bytes"),
+                               ("program_hits", "hits"), ("over_bound", "full")):
+                out[key] = (out[key] or 0) + as_int(s.get(field))
+    pinned_bytes = out["bytes"] + (out["copy_bytes"] or 0)
+    per_byte = 1.0 / PAGEABLE_BYTES_PER_NS - 1.0 / PINNED_BYTES_PER_NS
+    out["saved_ns_est"] = int(pinned_bytes * per_byte - out["register_ns"])
+    out["method"] = ("%s copied at the pinned rate (first copies %s + later copies %s), priced at "
+                     "the H200's pageable %.1f GB/s vs pinned %.0f GB/s, minus the registers' "
+                     "measured %s" % (fmt_bytes(pinned_bytes), fmt_bytes(out["bytes"]),
+                                      fmt_bytes(out["copy_bytes"] or 0), PAGEABLE_BYTES_PER_NS,
+                                      PINNED_BYTES_PER_NS, fmt_ns(out["register_ns"])))
+    return out
+
+
 def analyze(logs, top=10, prices=None):
     prices = prices or price_tables(logs)
     by_api = {}
@@ -1530,6 +1575,7 @@ def analyze(logs, top=10, prices=None):
         "size_classes": size_classes,
         "pool": pool,
         "host_alloc": host,
+        "autopin": autopin_summary(logs),
         "advice": advise(logs, procs, pool),
         "call_sites": call_sites(logs, prices),
         "slowest": slowest,
@@ -1850,6 +1896,20 @@ def render_text(doc, top=10):
         if host.get("peak_bytes") is not None:
             L.append("  peak cached %s; zeroing served blocks took %s"
                      % (fmt_bytes(host["peak_bytes"]), fmt_ns(host["zero_ns"] or 0)))
+    ap = doc.get("autopin") or {}
+    if ap.get("pins") or ap.get("failed"):
+        L.append("")
+        L.append("== auto-pin (LAZYPIN_AUTOPIN)")
+        L.append("  %d ranges pinned for copies (%s), registers took %s; %d refused by the driver"
+                 % (ap["pins"], fmt_bytes(ap["bytes"]), fmt_ns(ap["register_ns"]), ap["failed"]))
+        if ap["copies"] is not None:
+            L.append("  later copies at the pinned rate: %d (%s); program registers served: %d; "
+                     "left pageable for the bound: %d" % (ap["copies"], fmt_bytes(ap["copy_bytes"]),
+                                                          ap["program_hits"], ap["over_bound"]))
+        L.append("  saved %s (estimated): %s" % (fmt_ns(ap["saved_ns_est"]), ap["method"]))
+        if ap["apis"]:
+            L.append("  by copy: " + ", ".join("%s %d" % kv for kv in sorted(ap["apis"].items())))
+
     render_advice(doc, L)
     render_sites(doc, L, min(top, 5) if top else 0)
 

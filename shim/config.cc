@@ -246,6 +246,43 @@ const Option kOptions[] = {
        return Store(ParseSize(t, ram), &c->host_alloc_bytes);
      },
      [](const Config& c) { return std::to_string(c.host_alloc_bytes); }},
+    {"LAZYPIN_AUTOPIN", "autopin", "0", "0", "0 or 1",
+     "1 (with LAZYPIN_MODE=defer and the kernel watch): before a host-device copy from or to "
+     "pageable private memory of at least LAZYPIN_AUTOPIN_MIN bytes, register that memory "
+     "through the pool, so that this copy and later ones run at the pinned rate; to the "
+     "program it stays pageable (copies, queries and registers answer as bare)",
+     [](std::string_view t, uint64_t, Config* c) { return Store(ParseBool(t), &c->autopin); },
+     [](const Config& c) { return JsonBool(c.autopin); }},
+    {"LAZYPIN_AUTOPIN_MIN", "autopin_min", "4M", "4M",
+     "a size in bytes with an optional K, M, G or T suffix, at least 64K",
+     "the smallest copy LAZYPIN_AUTOPIN pins (smaller ones stay on the driver's staging path, "
+     "where pinning does not pay back)",
+     [](std::string_view t, uint64_t ram, Config* c) {
+       const std::optional<uint64_t> v = ParseSize(t, ram);
+       if (!v || *v < (uint64_t{64} << 10) || t.find('%') != std::string_view::npos) return false;
+       c->autopin_min = *v;
+       return true;
+     },
+     [](const Config& c) { return std::to_string(c.autopin_min); }},
+    {"LAZYPIN_AUTOPIN_BYTES", "autopin_bytes", "10%", "10% of RAM",
+     "a size in bytes with an optional K, M, G or T suffix or a percentage of RAM from 1% "
+     "to 100%",
+     "bound on the bytes LAZYPIN_AUTOPIN keeps pinned at once (within LAZYPIN_POOL_BYTES; "
+     "pinned memory cannot be swapped); past it, copies stay pageable",
+     [](std::string_view t, uint64_t ram, Config* c) {
+       return Store(ParseSize(t, ram), &c->autopin_bytes);
+     },
+     [](const Config& c) { return std::to_string(c.autopin_bytes); }},
+    {"LAZYPIN_AUTOPIN_AFTER", "autopin_after", "1", "1", "a whole number from 1 to 1000",
+     "LAZYPIN_AUTOPIN pins a range at this copy of it (1: the first, which pays from about "
+     "4 MiB on the H200; 2: the second, for programs that copy most buffers once)",
+     [](std::string_view t, uint64_t, Config* c) {
+       const std::optional<int64_t> v = ParseCount(t, 1000);
+       if (!v || *v < 1) return false;
+       c->autopin_after = *v;
+       return true;
+     },
+     [](const Config& c) { return std::to_string(c.autopin_after); }},
     {"LAZYPIN_REUSE_FREED", "reuse_freed", "5%", "5% of RAM",
      "0 (off), or a size in bytes with an optional K, M, G or T suffix or a percentage of RAM "
      "from 1% to 100%",
@@ -321,6 +358,17 @@ ParsedConfig ParseConfig(const std::function<const char*(const char*)>& getenv,
                                         Shown(std::string(name).c_str()), closest->name));
   }
   return parsed;
+}
+
+bool AutoPinRequested(const std::function<const char*(const char*)>& getenv) {
+  for (size_t i = 0; i < kOptionCount; ++i) {
+    const Option& o = kOptions[i];
+    if (std::string_view(o.name) != "LAZYPIN_AUTOPIN") continue;
+    Config c;
+    const char* raw = getenv(o.name);
+    return raw != nullptr && o.parse(raw, 0, &c) && c.autopin;
+  }
+  return false;
 }
 
 std::string ConfigJson(const Config& config) {

@@ -44,6 +44,10 @@ struct Config {
   StackMode stacks = StackMode::kOff;
   int prefault_threads = 0;       // threads that fault a large miss's pages in first
   uint64_t host_alloc_bytes = 0;  // bound on freed pinned host blocks kept for reuse; 0: none
+  bool autopin = false;           // pin pageable memory of large copies through the pool
+  uint64_t autopin_min = 0;       // the smallest copy auto-pinned
+  uint64_t autopin_bytes = 0;     // bound on the bytes auto-pinned at once
+  int64_t autopin_after = 0;      // pin at this copy of a range
   uint64_t reuse_freed = 0;       // bytes of freed blocks kept registered for reuse; 0: off
 };
 
@@ -82,6 +86,11 @@ struct ParsedConfig {
 // percentages.
 ParsedConfig ParseConfig(const std::function<const char*(const char*)>& getenv,
                          uint64_t physical_ram, const char* const* environ = nullptr);
+
+// Whether LAZYPIN_AUTOPIN (its kOptions row) asks for auto-pin. For the copy
+// hooks, which set lazypin up on a large copy only then: a program may copy
+// long before, or without, any register call, where lazypin otherwise starts.
+bool AutoPinRequested(const std::function<const char*(const char*)>& getenv);
 
 // The "config" object of the log header: one key per option row.
 std::string ConfigJson(const Config& config);

@@ -6,6 +6,7 @@
 // per door (Via), each with its own real function, so the log says how the
 // program reached it and no door's real function is mistaken for another's.
 #include <dlfcn.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <climits>
@@ -13,6 +14,7 @@
 // Every versioned name (cuMemHostRegister and cuMemHostRegister_v2 alike)
 // must stay itself here, not be renamed by cuda.h's #defines.
 #define __CUDA_API_VERSION_INTERNAL 1
+#include "auto_pin.h"
 #include "capture.h"
 #include "cuda.h"
 #include "dispatch.h"
@@ -238,19 +240,94 @@ void AfterCopy3D(CUresult result, const CUDA_MEMCPY3D* c, CUstream stream) {
 
 // A `_ptsz` function's null stream is the calling thread's per-thread stream.
 CUstream PerThread(CUstream stream) { return stream == nullptr ? CU_STREAM_PER_THREAD : stream; }
+
+// ---- auto-pin (LAZYPIN_AUTOPIN, auto_pin.h): before the real copy ----------
+// The copy's host sides, as AutoPin::BeforeCopy takes them. With
+// LAZYPIN_AUTOPIN asked for, a copy of kAutoPinFloor bytes or more sets
+// lazypin up (a program may copy long before, or without, any register);
+// smaller ones cost one comparison.
+AutoPin* AutoPinFor(size_t bytes) {
+  if (bytes < kAutoPinFloor || t_state.inside) return nullptr;
+  static const bool requested = AutoPinRequested([](const char* name) { return getenv(name); });
+  if (!requested) return nullptr;
+  const ShimState* state = ActiveState();
+  return state != nullptr ? state->auto_pin : nullptr;
+}
+
+CopySide HostSide(const void* p, size_t bytes) { return CopySide{HostAddr(p), bytes, false}; }
+CopySide UnifiedSide(CUdeviceptr p, size_t bytes) { return CopySide{uintptr_t{p}, bytes, true}; }
+
+// One side of a 2D/3D copy: `rows` rows of `width` bytes, `pitch` apart.
+CopySide PitchedSide(CUmemorytype type, const void* host, CUdeviceptr unified, size_t offset,
+                     size_t pitch, size_t width, size_t rows) {
+  const size_t step = pitch != 0 ? pitch : width;
+  const size_t span = Span(step, width, rows);
+  if (type == CU_MEMORYTYPE_HOST && host != nullptr) return HostSide(static_cast<const char*>(host) + offset, span);
+  if (type == CU_MEMORYTYPE_UNIFIED && unified != 0) return UnifiedSide(unified + offset, span);
+  return CopySide{};
+}
+
+void BeforeCopy(const char* api, Via via, CopySide dst, CopySide src) {
+  if (AutoPin* auto_pin = AutoPinFor(dst.bytes > src.bytes ? dst.bytes : src.bytes)) {
+    auto_pin->BeforeCopy(api, via, dst, src);
+  }
+}
+
+void BeforeCopy2D(const char* api, Via via, const CUDA_MEMCPY2D* c) {
+  if (c == nullptr || c->WidthInBytes == 0 || c->Height == 0) return;
+  const size_t src_pitch = c->srcPitch != 0 ? c->srcPitch : c->WidthInBytes;
+  const size_t dst_pitch = c->dstPitch != 0 ? c->dstPitch : c->WidthInBytes;
+  BeforeCopy(api, via,
+             PitchedSide(c->dstMemoryType, c->dstHost, c->dstDevice,
+                         c->dstY * dst_pitch + c->dstXInBytes, c->dstPitch, c->WidthInBytes,
+                         c->Height),
+             PitchedSide(c->srcMemoryType, c->srcHost, c->srcDevice,
+                         c->srcY * src_pitch + c->srcXInBytes, c->srcPitch, c->WidthInBytes,
+                         c->Height));
+}
+
+void BeforeCopy3D(const char* api, Via via, const CUDA_MEMCPY3D* c) {
+  if (c == nullptr || c->WidthInBytes == 0 || c->Height == 0 || c->Depth == 0) return;
+  auto side = [&](CUmemorytype type, const void* host, CUdeviceptr unified, size_t x, size_t y,
+                  size_t z, size_t pitch, size_t height) {
+    const size_t step = pitch != 0 ? pitch : c->WidthInBytes;
+    const size_t h = height != 0 ? height : c->Height;
+    return PitchedSide(type, host, unified, (z * h + y) * step + x, pitch, c->WidthInBytes,
+                       (c->Depth - 1) * h + c->Height);
+  };
+  BeforeCopy(api, via,
+             side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstXInBytes, c->dstY, c->dstZ,
+                  c->dstPitch, c->dstHeight),
+             side(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcXInBytes, c->srcY, c->srcZ,
+                  c->srcPitch, c->srcHeight));
+}
 }  // namespace
 
 // Each copy twice: the legacy-stream entry point and its `_ptsz` twin.
-#define COPY_HOOKS(NAME, AFTER)                                                          \
+// BEFORE(api) may auto-pin the host side; AFTER(stream) keeps pageable semantics.
+#define COPY_HOOKS(NAME, BEFORE, AFTER)                                                  \
   HOOK(NAME, CUresult, DriverSymbol, COPY_PARAMS_##NAME) {                               \
+    BEFORE(#NAME);                                                                       \
     const CUresult result = real COPY_ARGS_##NAME;                                       \
     AFTER(stream);                                                                       \
     return result;                                                                       \
   }                                                                                      \
   HOOK(NAME##_ptsz, CUresult, DriverSymbol, COPY_PARAMS_##NAME) {                        \
+    BEFORE(#NAME "_ptsz");                                                               \
     const CUresult result = real COPY_ARGS_##NAME;                                       \
     AFTER(PerThread(stream));                                                            \
     return result;                                                                       \
+  }
+// Synchronous copies, and their `_ptds` twins (per-thread default stream):
+// complete on return whether pinned or not, so only BEFORE.
+#define SYNC_COPY_HOOKS(NAME, BEFORE)                                                    \
+  HOOK(NAME, CUresult, DriverSymbol, COPY_PARAMS_##NAME) {                               \
+    BEFORE(#NAME);                                                                       \
+    return real COPY_ARGS_##NAME;                                                        \
+  }                                                                                      \
+  HOOK(NAME##_ptds, CUresult, DriverSymbol, COPY_PARAMS_##NAME) {                        \
+    BEFORE(#NAME "_ptds");                                                               \
+    return real COPY_ARGS_##NAME;                                                        \
   }
 #define COPY_PARAMS_cuMemcpyHtoDAsync_v2 \
   (CUdeviceptr, dst), (const void*, src), (size_t, bytes), (CUstream, stream)
@@ -265,18 +342,41 @@ CUstream PerThread(CUstream stream) { return stream == nullptr ? CU_STREAM_PER_T
 #define COPY_ARGS_cuMemcpy2DAsync_v2 (copy, stream)
 #define COPY_PARAMS_cuMemcpy3DAsync_v2 (const CUDA_MEMCPY3D*, copy), (CUstream, stream)
 #define COPY_ARGS_cuMemcpy3DAsync_v2 (copy, stream)
+#define COPY_PARAMS_cuMemcpyHtoD_v2 (CUdeviceptr, dst), (const void*, src), (size_t, bytes)
+#define COPY_ARGS_cuMemcpyHtoD_v2 (dst, src, bytes)
+#define COPY_PARAMS_cuMemcpyDtoH_v2 (void*, dst), (CUdeviceptr, src), (size_t, bytes)
+#define COPY_ARGS_cuMemcpyDtoH_v2 (dst, src, bytes)
+#define COPY_PARAMS_cuMemcpy (CUdeviceptr, dst), (CUdeviceptr, src), (size_t, bytes)
+#define COPY_ARGS_cuMemcpy (dst, src, bytes)
+#define COPY_PARAMS_cuMemcpy2D_v2 (const CUDA_MEMCPY2D*, copy)
+#define COPY_ARGS_cuMemcpy2D_v2 (copy)
+#define COPY_PARAMS_cuMemcpy2DUnaligned_v2 (const CUDA_MEMCPY2D*, copy)
+#define COPY_ARGS_cuMemcpy2DUnaligned_v2 (copy)
+#define COPY_PARAMS_cuMemcpy3D_v2 (const CUDA_MEMCPY3D*, copy)
+#define COPY_ARGS_cuMemcpy3D_v2 (copy)
 
+#define BEFORE_HTOD(api) BeforeCopy(api, V, CopySide{}, HostSide(src, bytes))
+#define BEFORE_DTOH(api) BeforeCopy(api, V, HostSide(dst, bytes), CopySide{})
+#define BEFORE_ANY(api) BeforeCopy(api, V, UnifiedSide(dst, bytes), UnifiedSide(src, bytes))
+#define BEFORE_2D(api) BeforeCopy2D(api, V, copy)
+#define BEFORE_3D(api) BeforeCopy3D(api, V, copy)
 #define AFTER_HTOD(s) AfterCopy(result, HostAddr(src), bytes, s)
 #define AFTER_DTOH(s) AfterCopy(result, HostAddr(dst), bytes, s)
 // Unified addressing: either side may be host memory.
 #define AFTER_ANY(s) (AfterCopy(result, src, bytes, s), AfterCopy(result, dst, bytes, s))
 #define AFTER_2D(s) AfterCopy2D(result, copy, s)
 #define AFTER_3D(s) AfterCopy3D(result, copy, s)
-COPY_HOOKS(cuMemcpyHtoDAsync_v2, AFTER_HTOD)
-COPY_HOOKS(cuMemcpyDtoHAsync_v2, AFTER_DTOH)
-COPY_HOOKS(cuMemcpyAsync, AFTER_ANY)
-COPY_HOOKS(cuMemcpy2DAsync_v2, AFTER_2D)
-COPY_HOOKS(cuMemcpy3DAsync_v2, AFTER_3D)
+COPY_HOOKS(cuMemcpyHtoDAsync_v2, BEFORE_HTOD, AFTER_HTOD)
+COPY_HOOKS(cuMemcpyDtoHAsync_v2, BEFORE_DTOH, AFTER_DTOH)
+COPY_HOOKS(cuMemcpyAsync, BEFORE_ANY, AFTER_ANY)
+COPY_HOOKS(cuMemcpy2DAsync_v2, BEFORE_2D, AFTER_2D)
+COPY_HOOKS(cuMemcpy3DAsync_v2, BEFORE_3D, AFTER_3D)
+SYNC_COPY_HOOKS(cuMemcpyHtoD_v2, BEFORE_HTOD)
+SYNC_COPY_HOOKS(cuMemcpyDtoH_v2, BEFORE_DTOH)
+SYNC_COPY_HOOKS(cuMemcpy, BEFORE_ANY)
+SYNC_COPY_HOOKS(cuMemcpy2D_v2, BEFORE_2D)
+SYNC_COPY_HOOKS(cuMemcpy2DUnaligned_v2, BEFORE_2D)
+SYNC_COPY_HOOKS(cuMemcpy3D_v2, BEFORE_3D)
 
 // ---- pointer queries: memory the program unregistered must look unregistered
 HOOK(cuPointerGetAttribute, CUresult, DriverSymbol, (void*, data),
@@ -429,6 +529,9 @@ namespace {
 #define COPY_ENTRIES(NAME, PROC, MIN)                   \
   ENTRY_FOR(NAME, PROC, MIN, INT_MAX, kLegacy),         \
   ENTRY_FOR(NAME##_ptsz, PROC, 7000, INT_MAX, kPerThread)
+#define SYNC_COPY_ENTRIES(NAME, PROC, MIN)              \
+  ENTRY_FOR(NAME, PROC, MIN, INT_MAX, kLegacy),         \
+  ENTRY_FOR(NAME##_ptds, PROC, 7000, INT_MAX, kPerThread)
 #define RUNTIME_ENTRY(NAME)                                                             \
   {#NAME, nullptr, 0, -1, HookEntry::Stream::kAny,                                      \
    [](Via via) { return RuntimeHookOf(#NAME, via); },                                   \
@@ -458,6 +561,12 @@ const HookEntry kHooks[] = {
     COPY_ENTRIES(cuMemcpyAsync, "cuMemcpyAsync", 4000),
     COPY_ENTRIES(cuMemcpy2DAsync_v2, "cuMemcpy2DAsync", 3020),
     COPY_ENTRIES(cuMemcpy3DAsync_v2, "cuMemcpy3DAsync", 3020),
+    SYNC_COPY_ENTRIES(cuMemcpyHtoD_v2, "cuMemcpyHtoD", 3020),
+    SYNC_COPY_ENTRIES(cuMemcpyDtoH_v2, "cuMemcpyDtoH", 3020),
+    SYNC_COPY_ENTRIES(cuMemcpy, "cuMemcpy", 4000),
+    SYNC_COPY_ENTRIES(cuMemcpy2D_v2, "cuMemcpy2D", 3020),
+    SYNC_COPY_ENTRIES(cuMemcpy2DUnaligned_v2, "cuMemcpy2DUnaligned", 3020),
+    SYNC_COPY_ENTRIES(cuMemcpy3D_v2, "cuMemcpy3D", 3020),
     // ---- stream capture
     ENTRY_FOR(cuStreamBeginCapture, "cuStreamBeginCapture", 0, 10009, kLegacy),
     ENTRY_FOR(cuStreamBeginCapture_ptsz, "cuStreamBeginCapture", 0, 10009, kPerThread),

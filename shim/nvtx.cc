@@ -61,4 +61,6 @@ void Evicted(EvictReason reason, bool forced) {
   Mark(text, kRed);
 }
 
+void AutoPinned(bool ok) { Mark(ok ? "autopin" : "autopin:refused", ok ? kGreen : kGrey); }
+
 }  // namespace lazypin::nvtx

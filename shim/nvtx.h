@@ -1,7 +1,7 @@
 // nvtx: what lazypin did, on an Nsight Systems timeline. Each intercepted call
 // is an NVTX range in the "lazypin" domain, named by its API; each pool
 // action is a marker in it ("hit", "deferred", "passthrough:<reason>",
-// "evict:<reason>[:forced]"). NVTX is header-only (the CUDA toolkit's nvtx3):
+// "evict:<reason>[:forced]", "autopin"). NVTX is header-only (the CUDA toolkit's nvtx3):
 // with no tool attached each call is a load and a branch; a tool (nsys, or
 // any library named by NVTX_INJECTION64_PATH) is found on the first call.
 #pragma once
@@ -16,5 +16,8 @@ void CallBegins(Api api);
 void CallEnds(Action action, PassReason reason);
 // lazypin really unregistered something (a marker on the calling thread).
 void Evicted(EvictReason reason, bool forced);
+// LAZYPIN_AUTOPIN registered a copy's host range ("autopin"), or the driver
+// refused it ("autopin:refused"): a marker on the copying thread.
+void AutoPinned(bool ok);
 
 }  // namespace lazypin::nvtx

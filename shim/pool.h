@@ -130,6 +130,28 @@ struct PoolCounters {
   uint64_t parked = 0, served = 0;  // frees kept (parked) and handed back to an allocation
   uint64_t parked_now = 0;          // blocks parked at this moment
   uint64_t parked_bytes = 0;        // their usable bytes
+  // Auto-pins (LAZYPIN_AUTOPIN, auto_pin.h): registrations lazypin made for
+  // a copy's pageable host memory; the copies that found theirs in place;
+  // the program's registers they served (exact hits); attempts refused for
+  // the bounds; bytes held auto-pinned now (part of pooled_bytes).
+  uint64_t autopins = 0, autopin_bytes = 0, autopin_copies = 0, autopin_copy_bytes = 0;
+  uint64_t autopin_hits = 0, autopin_full = 0, autopinned_bytes = 0;
+  uint64_t autopin_queried = 0;  // attempts declined: pointer queries keep releasing that range
+  int64_t autopin_register_ns = 0;
+};
+
+// What Pool::AutoPin did for one copy's host range.
+enum class AutoPinResult {
+  kPinned,   // registered now, held as a deferred (lazypin-owned) entry
+  kCovered,  // a deferred entry of the same context already holds the whole range
+  kSkipped,  // left alone: the program's (or partly pooled), not eligible, over the bounds,
+             // or the driver refused (`driver_result`)
+};
+struct AutoPinOutcome {
+  AutoPinResult result = AutoPinResult::kSkipped;
+  int driver_result = kCudaSuccess;  // the register's answer, when one was made
+  int64_t register_ns = 0;           // its cost
+  bool attempted = false;            // a register was made
 };
 
 class Pool {
@@ -149,6 +171,27 @@ class Pool {
   // deferral. Empty when the call needs the driver (then use the above).
   std::optional<Outcome> TryHit(const RegisterRequest& request);
   std::optional<Outcome> TryDefer(uintptr_t ptr);
+
+  // Auto-pin (LAZYPIN_AUTOPIN): a host-device copy is about to use the
+  // pageable host range [req.ptr, req.ptr + req.bytes) in req.ctx. If a
+  // deferred entry of that context holds the whole range, it is touched
+  // (most recently used, not idle) and kCovered returned. If any entry shares
+  // a page with it (the program's registration, or a partial one), nothing
+  // is done. Otherwise, if it fits the bounds without evicting anything
+  // (pool bytes and entries, and `max_auto_bytes` for auto-pinned bytes),
+  // `eligible()` agrees (its pages are private anonymous and the driver knows
+  // nothing of them), and the driver's watch admits it, `register_fn()`
+  // registers it (flags 0) and it enters the pool as a deferred entry: to the
+  // program it is still pageable. A range whose auto-pin pointer queries
+  // released kAutoPinQueryLimit times, or whose register the driver refused,
+  // is not auto-pinned again (a program that asks about its memory before
+  // each copy would pay a register and an unregister per copy; a refused one
+  // a failed register), until 16 other such ranges have been seen. To the
+  // program it is still pageable, and it is invalidated, evicted, hit and
+  // released exactly like memory the program unregistered. Neither callback
+  // is called with the lock held.
+  AutoPinOutcome AutoPin(const RegisterRequest& req, uint64_t max_auto_bytes,
+                         absl::FunctionRef<bool()> eligible, absl::FunctionRef<int()> register_fn);
 
   // Applies the page changes the driver's watch reports (DrainChanges):
   // deferred entries they touch are really unregistered, in-use ones will
@@ -243,6 +286,7 @@ class Pool {
     std::vector<uint64_t> frames;  // with check_frames: the pages registered
     bool left = false;  // kInUse only: the memory left the process (MarkLeft)
     size_t parked = 0;  // kDeferred only: parked, with this malloc_usable_size (0: not)
+    bool auto_pinned = false;  // kDeferred only: lazypin registered it (AutoPin), not the program
   };
   struct Victim {
     uintptr_t base;
@@ -291,6 +335,16 @@ class Pool {
   void ForgetParked(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeBlocks(const std::vector<uintptr_t>& blocks);
   static size_t ParkSlot(size_t usable) { return (usable >> 4) % kParkSlots; }
+  // Auto-pinned ranges that pointer queries released, most recent first (see AutoPin).
+  static constexpr int kAutoPinQueryLimit = 2;
+  struct Queried {
+    uintptr_t base = 0;
+    size_t bytes = 0;
+    int count = 0;
+  };
+  Queried* FindQueried(uintptr_t base, size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts `count` more releases (or a refusal: kAutoPinQueryLimit) of the range.
+  void NoteQueried(uintptr_t base, size_t bytes, int count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   PoolDriver* const driver_;
   PoolObserver* const observer_;
@@ -306,6 +360,8 @@ class Pool {
   // a state the driver no longer has. A handful at a time.
   std::vector<Range> inflight_ ABSL_GUARDED_BY(mu_);
   PoolCounters counters_ ABSL_GUARDED_BY(mu_);
+  Queried queried_[16] ABSL_GUARDED_BY(mu_);
+  int queried_next_ ABSL_GUARDED_BY(mu_) = 0;
 
   std::atomic<int64_t> holding_{0};  // deferred + evicting entries
   std::atomic<int64_t> in_use_{0};  // in-use entries not marked left

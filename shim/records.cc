@@ -7,6 +7,7 @@
 
 #include "fmt/compile.h"
 #include "fmt/format.h"
+#include "auto_pin.h"
 #include "json.h"
 
 namespace lazypin {
@@ -87,6 +88,17 @@ ShortRecord HostReleaseRecordLine(int64_t t_ns, int tid, uintptr_t ptr, size_t b
       wait.waited_ns);
   if (wait.forced) fmt::format_to(std::back_inserter(text), FMT_COMPILE(R"(,"forced":true)"));
   text.push_back('}');
+  return Copied(text);
+}
+
+ShortRecord AutoPinRecordLine(int64_t t_ns, int tid, const AutoPinRecord& r) {
+  fmt::memory_buffer text;
+  fmt::format_to(
+      std::back_inserter(text),
+      FMT_COMPILE(R"({{"type":"autopin","t_ns":{},"tid":{},"api":"{}","via":"{}","ptr":"{}",)"
+                  R"("bytes":{},"dir":"{}","result":{},"latency_ns":{},"action":"autopin"}})"),
+      t_ns, tid, r.api, ViaName(r.via), reinterpret_cast<void*>(r.ptr), r.bytes,
+      r.to_device ? "htod" : "dtoh", r.result, r.latency_ns);
   return Copied(text);
 }
 

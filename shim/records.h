@@ -56,6 +56,9 @@ ShortRecord EvictRecordLine(int64_t t_ns, int tid, uintptr_t ptr, size_t bytes, 
 ShortRecord HostReleaseRecordLine(int64_t t_ns, int tid, uintptr_t ptr, size_t bytes,
                                   EvictReason reason, int result, int64_t latency_ns,
                                   const ReleaseWait& wait);
+struct AutoPinRecord;
+// {"type":"autopin",...}: lazypin registered a copy's pageable host range (auto_pin.h).
+ShortRecord AutoPinRecordLine(int64_t t_ns, int tid, const AutoPinRecord& record);
 std::string WarningRecordLine(int64_t t_ns, std::string_view message);
 
 // The summary a signal leaves ({"type":"summary","t_ns":N,"ended_by":"SIGTERM"}),

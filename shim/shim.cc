@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "callsite.h"
+#include "auto_pin.h"
 #include "capture.h"
 #include "collector.h"
 #include "config.h"
@@ -90,7 +91,8 @@ bool LeftSetUpProcess();
 
 // Everything lazypin set up in this process. Never destroyed: hooks may run
 // until the very end.
-class Shim final : public DispatchEnv, public PoolObserver, public HostAllocObserver {
+class Shim final : public DispatchEnv, public PoolObserver, public HostAllocObserver,
+                   public AutoPinSink {
  public:
   void Init();
   void AtExit();
@@ -166,6 +168,10 @@ class Shim final : public DispatchEnv, public PoolObserver, public HostAllocObse
   void OnHostRelease(uintptr_t ptr, size_t bytes, EvictReason reason, int result,
                      int64_t latency_ns, const ReleaseWait& wait) override;
 
+  // AutoPinSink
+  void RecordAutoPin(const AutoPinRecord& record) override;
+  void OnFirstCopy() override { InstallExitHandlerOnce(); }
+
  private:
   int64_t SinceStart() const { return MonotonicNs() - start_mono_ns_; }
   std::string HeaderLine(const std::string& log_path);
@@ -193,6 +199,7 @@ class Shim final : public DispatchEnv, public PoolObserver, public HostAllocObse
   std::unique_ptr<Collector> collector_;
   std::unique_ptr<Dispatch> dispatch_;
   std::unique_ptr<MemoryGuard> guard_;
+  std::unique_ptr<AutoPin> auto_pin_;
   Mode effective_ = Mode::kOff;
   std::string why_;  // why the effective mode differs from the requested one
   std::vector<std::string> warnings_;  // the configuration's, for the log's first lines
@@ -366,6 +373,24 @@ void Shim::Init() {
   }
   dispatch_ = std::make_unique<Dispatch>(this, pool_.get(), config_.unregister_wait,
                                          host_cache_.get());
+  if (config_.autopin) {
+    // Auto-pinned memory is pageable to the program: every change of its
+    // pages must be seen, raw system calls too, so the kernel watch is required.
+    std::string why_not;
+    if (pool_ == nullptr) {
+      why_not = "it needs LAZYPIN_MODE=defer";
+    } else if (watch_ == nullptr) {
+      why_not = fmt::format("it needs the kernel watch ({})", watch_reason_);
+    }
+    if (!why_not.empty()) {
+      warnings_.push_back(fmt::format("lazypin: LAZYPIN_AUTOPIN=1 ignored: {}", why_not));
+      fprintf(stderr, "%s\n", warnings_.back().c_str());
+    } else {
+      auto_pin_ = std::make_unique<AutoPin>(
+          pool_.get(), this, this, AutoPinLimits{config_.autopin_min, config_.autopin_bytes,
+                                      static_cast<int>(config_.autopin_after)});
+    }
+  }
   pthread_atfork(ForkPrepareHandler, nullptr, ForkChildHandler);
   for (int sig : {SIGTERM, SIGINT}) {
     struct sigaction old;
@@ -379,7 +404,8 @@ void Shim::Init() {
       sigaction(sig, &action, nullptr);
     }
   }
-  state_ = new ShimState{config_.mode, effective_, why_.c_str(), dispatch_.get(), guard_.get()};
+  state_ = new ShimState{config_.mode, effective_, why_.c_str(), dispatch_.get(), guard_.get(),
+                         auto_pin_.get()};
   Publish(state_);
   const bool started = log_->Start([this](const std::string& path) {
     ScopedInsideLazypin inside_writer;
@@ -484,6 +510,13 @@ void Shim::OnHostRelease(uintptr_t ptr, size_t bytes, EvictReason reason, int re
         HostReleaseRecordLine(SinceStart(), ThreadId(), ptr, bytes, reason, result, latency_ns, wait)
             .view());
   }
+}
+
+void Shim::RecordAutoPin(const AutoPinRecord& record) {
+  if (record.result != kCudaSuccess) stats_.RecordAutoPinFailure();
+  nvtx::AutoPinned(record.result == kCudaSuccess);
+  if (log_) log_->Write(AutoPinRecordLine(SinceStart(), ThreadId(), record).view());
+  InstallExitHandlerOnce();
 }
 
 void Shim::OnWarning(const std::string& message) {

@@ -7,6 +7,7 @@
 
 namespace lazypin {
 
+class AutoPin;
 class Dispatch;
 class MemoryGuard;
 
@@ -16,6 +17,7 @@ struct ShimState {
   const char* why;          // why `effective` differs from `requested` ("" if it does not)
   Dispatch* dispatch;       // null: every hook passes straight through
   const MemoryGuard* guard; // non-null only while deferring: the memory hooks' sink
+  AutoPin* auto_pin = nullptr;  // non-null only with LAZYPIN_AUTOPIN while deferring
 };
 
 // The published state (null before set-up or when lazypin is off). A

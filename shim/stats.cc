@@ -95,6 +95,11 @@ void Stats::RecordEvict(int64_t latency_ns) {
   real_unregister_.ns += latency_ns;
 }
 
+void Stats::RecordAutoPinFailure() {
+  std::lock_guard<std::mutex> lock(mu_);
+  autopin_failed_ += 1;
+}
+
 // What the pool saved: each hit avoided a register of its size class (at the
 // mean measured cost of real ones), each deferral avoided an unregister (at
 // the mean measured cost); the evictions lazypin made are paid back.
@@ -163,11 +168,16 @@ std::string Stats::SummaryJson(const PoolCounters& pool, int64_t t_ns, const cha
   return fmt::format(
       R"({{"type":"summary","t_ns":{},"ended_by":"{}","apis":{{{}}},"size_classes":{{{}}},)"
       R"("pool":{{"hits":{},"misses":{},"deferred":{},"passed":{},"evictions":{{{}}},"forced_releases":{},)"
-      R"("parked":{},"served":{},"peak_bytes":{},"peak_entries":{},"pooled_bytes":{},"pooled_entries":{},"saved_ns_est":{}}}{}}})",
+      R"("parked":{},"served":{},"peak_bytes":{},"peak_entries":{},"pooled_bytes":{},"pooled_entries":{},"saved_ns_est":{},)"
+      R"("autopin":{{"pins":{},"bytes":{},"register_ns":{},"failed":{},"copies":{},"copy_bytes":{},)"
+      R"("hits":{},"full":{},"queried":{},"held_bytes":{}}}}}{}}})",
       t_ns, ended_by, apis, sizes, pool.hits, pool.misses, pool.deferred, pool.passed, evictions,
       pool.forced_releases, pool.parked, pool.served,
       pool.peak_bytes, pool.peak_entries, pool.pooled_bytes, pool.pooled_entries,
-      SavedEstimateNs(), host != nullptr ? ",\"host_alloc\":" + HostAllocJson(*host) : "");
+      SavedEstimateNs(), pool.autopins, pool.autopin_bytes, pool.autopin_register_ns,
+      autopin_failed_, pool.autopin_copies, pool.autopin_copy_bytes, pool.autopin_hits,
+      pool.autopin_full, pool.autopin_queried, pool.autopinned_bytes,
+      host != nullptr ? ",\"host_alloc\":" + HostAllocJson(*host) : "");
 }
 
 std::string Stats::SummaryText(const PoolCounters& pool, bool defer,
@@ -191,6 +201,13 @@ std::string Stats::SummaryText(const PoolCounters& pool, bool defer,
         "evicted, peak {} entries / {} bytes, saved ~{}\n",
         pool.hits, registers, registers ? 100.0 * pool.hits / registers : 0.0, pool.deferred,
         pool.passed, evicted, pool.peak_entries, pool.peak_bytes, Human(SavedEstimateNs()));
+    if (pool.autopins + autopin_failed_ != 0) {
+      out += fmt::format(
+          "lazypin: autopin: {} ranges pinned ({} bytes, registers {}), {} later copies at the "
+          "pinned rate ({} bytes), {} program registers served, {} refused, {} over the bound\n",
+          pool.autopins, pool.autopin_bytes, Human(pool.autopin_register_ns), pool.autopin_copies,
+          pool.autopin_copy_bytes, pool.autopin_hits, autopin_failed_, pool.autopin_full);
+    }
   }
   if (host != nullptr && host->hits + host->misses + host->kept > 0) {
     uint64_t released = 0;

@@ -54,6 +54,8 @@ class Stats {
   // (then its latency measures the driver, for the time-saved estimate).
   void RecordCall(Api api, size_t bytes, int result, int64_t latency_ns, Action action);
   void RecordEvict(int64_t latency_ns);
+  // An auto-pin's register that the driver refused (the pool counts the rest).
+  void RecordAutoPinFailure();
 
   // The summary record (one JSON line, without newline); `host` (the
   // host-allocation cache's counters, when there is one) adds "host_alloc".
@@ -81,6 +83,7 @@ class Stats {
   Total real_unregister_ ABSL_GUARDED_BY(mu_);
   uint64_t deferred_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t evict_total_ns_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t autopin_failed_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace lazypin

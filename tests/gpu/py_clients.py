@@ -1,6 +1,13 @@
 """Python clients of host registration, for scripts/gpu-suite (GPU only).
 
     python3 py_clients.py torch|torch_pinned|torch_hostalloc|cupy|numba
+    python3 py_clients.py torch_loop|cupy_loop|numba_loop [SIZES]
+
+The *_loop clients (issue 19, LAZYPIN_AUTOPIN) copy ordinary pageable arrays,
+which nobody pins: PyTorch .cuda()/.cpu(), CuPy asarray/asnumpy, numba
+to_device/copy_to_host, repeated on 4 MiB, 256 MiB and 1 GiB (SIZES: a comma
+list of MiB), checking the bytes. Their times go to stderr as
+"TIME client=... size=... op=... first_us=... median_us=..." lines.
 
 Each registers one host buffer three times (so that lazypin's defer mode can
 serve the 2nd and 3rd from its pool), copies a fresh pattern to the device and
@@ -16,6 +23,29 @@ import numpy as np
 
 N = 4 << 20
 which = sys.argv[1]
+LOOP_SIZES = [int(x) << 20 for x in (sys.argv[2] if len(sys.argv) > 2 else "4,256,1024").split(",")]
+LOOP_REPEAT = 10
+
+
+def timed_loop(client, size, op, fn):
+    """Runs fn() once (first) and LOOP_REPEAT times more; reports to stderr."""
+    import time
+    t0 = time.perf_counter()
+    out = fn()
+    first = (time.perf_counter() - t0) * 1e6
+    times = []
+    for _ in range(LOOP_REPEAT):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append((time.perf_counter() - t0) * 1e6)
+    times.sort()
+    print("TIME client=%s size=%dM op=%s first_us=%.1f median_us=%.1f"
+          % (client, size >> 20, op, first, times[len(times) // 2]), file=sys.stderr, flush=True)
+    return out
+
+
+def loop_pattern(size, seed):
+    return (np.arange(size, dtype=np.uint32) * (seed + 3) % 253).astype(np.uint8)
 buf = np.zeros(N, dtype=np.uint8)
 ptr = buf.ctypes.data
 
@@ -107,6 +137,34 @@ elif which == "numba":
         with cuda.pinned(buf):
             check(cuda.to_device(buf).copy_to_host(), want, "numba round trip")
         print("pinned block done")
+elif which == "torch_loop":
+    import torch
+    for size in LOOP_SIZES:
+        host = torch.from_numpy(loop_pattern(size, 1))
+        dev = timed_loop(which, size, "cuda", lambda: host.cuda())
+        torch.cuda.synchronize()
+        back = timed_loop(which, size, "cpu", lambda: dev.cpu())
+        check(back.numpy(), host.numpy(), "torch .cuda()/.cpu() %d" % size)
+        print("torch loop", size >> 20, "MiB ok")
+        del dev, back, host
+elif which == "cupy_loop":
+    import cupy
+    for size in LOOP_SIZES:
+        host = loop_pattern(size, 2)
+        dev = timed_loop(which, size, "asarray", lambda: cupy.asarray(host))
+        back = timed_loop(which, size, "asnumpy", lambda: cupy.asnumpy(dev))
+        check(back, host, "cupy asarray/asnumpy %d" % size)
+        print("cupy loop", size >> 20, "MiB ok")
+        del dev, back
+elif which == "numba_loop":
+    from numba import cuda
+    for size in LOOP_SIZES:
+        host = loop_pattern(size, 3)
+        dev = timed_loop(which, size, "to_device", lambda: cuda.to_device(host))
+        back = timed_loop(which, size, "copy_to_host", lambda: dev.copy_to_host())
+        check(back, host, "numba to_device/copy_to_host %d" % size)
+        print("numba loop", size >> 20, "MiB ok")
+        del dev, back
 else:
     sys.exit("unknown client " + which)
 print("DATA OK")

@@ -312,7 +312,12 @@ class PreloadTest(AppTestCase):
                    "cuMemcpyDtoHAsync_v2_ptsz", "cuMemcpyAsync_ptsz", "cuMemcpy2DAsync_v2_ptsz",
                    "cuMemcpy3DAsync_v2_ptsz",
                    "cudaHostAlloc", "cudaMallocHost", "cudaFreeHost", "cuMemHostAlloc",
-                   "cuMemAllocHost", "cuMemAllocHost_v2", "cuMemFreeHost"}
+                   "cuMemAllocHost", "cuMemAllocHost_v2", "cuMemFreeHost",
+                   # synchronous copies (LAZYPIN_AUTOPIN) and their per-thread twins
+                   "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuMemcpy", "cuMemcpy2D_v2",
+                   "cuMemcpy2DUnaligned_v2", "cuMemcpy3D_v2", "cuMemcpyHtoD_v2_ptds",
+                   "cuMemcpyDtoH_v2_ptds", "cuMemcpy_ptds", "cuMemcpy2D_v2_ptds",
+                   "cuMemcpy2DUnaligned_v2_ptds", "cuMemcpy3D_v2_ptds"}
         self.assertEqual(names, allowed)
         # Preloaded into every process of a tree: it needs only libc (and the
         # dynamic linker, loaded in every process anyway), and has no run path.

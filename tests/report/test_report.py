@@ -213,12 +213,29 @@ class TextReport(unittest.TestCase):
 
 
 class JsonReport(unittest.TestCase):
+    def test_autopin(self):
+        # A sim run of testapps/autopin under LAZYPIN_AUTOPIN=1 (getproc door, async copies).
+        d = report_json(fx("autopin.jsonl"))
+        ap = d["autopin"]
+        self.assertEqual((ap["pins"], ap["failed"], ap["bytes"]), (3, 0, 3 * (8 << 20)))
+        self.assertEqual(ap["register_ns"], 4180510)
+        self.assertEqual((ap["copies"], ap["copy_bytes"], ap["program_hits"], ap["over_bound"]),
+                         (11, 11 * (8 << 20), 1, 0))
+        self.assertEqual(ap["apis"], {"cuMemcpyHtoDAsync_v2": 2, "cuMemcpyDtoHAsync_v2": 1})
+        per_byte = 1 / 6.5 - 1 / 53.0
+        self.assertEqual(ap["saved_ns_est"], int(14 * (8 << 20) * per_byte - 4180510))
+        text = report(fx("autopin.jsonl")).stdout
+        self.assertIn("== auto-pin (LAZYPIN_AUTOPIN)", text)
+        self.assertIn("3 ranges pinned for copies (24 MiB)", text)
+        self.assertIn("later copies at the pinned rate: 11 (88 MiB); program registers served: 1", text)
+        self.assertNotIn("== auto-pin", report(fx("defer_mode.jsonl")).stdout)
+
     def test_keys_and_values(self):
         d = report_json(fx("log_mode.jsonl"))
         self.assertEqual(d["lazypin_report"], 1)
         self.assertEqual(list(d), ["lazypin_report", "files", "processes", "totals", "apis",
-                                   "size_classes", "pool", "host_alloc", "advice", "call_sites",
-                                   "slowest", "errors", "warnings"])
+                                   "size_classes", "pool", "host_alloc", "autopin", "advice",
+                                   "call_sites", "slowest", "errors", "warnings"])
         self.assertFalse(d["host_alloc"]["active"])  # no pinned host allocation in that log
         reg = d["apis"]["cudaHostRegister"]
         self.assertEqual(sorted(reg), sorted(["calls", "errors", "bytes", "total_ns",
@@ -955,6 +972,17 @@ class RunOptions(unittest.TestCase):
             "LAZYPIN_SUMMARY": "0",
         })
         self.assertEqual(cmd, "./app -n 'a b'")
+
+    def test_autopin_options(self):
+        env, _ = dry_env("--lib", self.lib, "--autopin", "--autopin-min", "8M",
+                         "--autopin-bytes", "2G", "--autopin-after", "2", "--", "./app")
+        self.assertEqual((env["LAZYPIN_MODE"], env["LAZYPIN_AUTOPIN"], env["LAZYPIN_AUTOPIN_MIN"],
+                          env["LAZYPIN_AUTOPIN_BYTES"], env["LAZYPIN_AUTOPIN_AFTER"]),
+                         ("defer", "1", "8M", "2G", "2"))
+        for bad in (["--autopin", "--mode", "log"], ["--autopin-min", "lots"],
+                    ["--autopin-after", "0"]):
+            r = lazypin("run", "--lib", self.lib, "--dry-run", *bad, "--", "true")
+            self.assertEqual(r.returncode, 2, (bad, r.stdout, r.stderr))
 
     def test_modes_and_sizes(self):
         for args, mode in ((["--mode", "log"], "log"), (["--mode", "off"], "off"),

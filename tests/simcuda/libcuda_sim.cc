@@ -1542,6 +1542,10 @@ API CUresult CUDAAPI cuMemcpy2D_v2(const CUDA_MEMCPY2D* c) { return copy2d(c, nu
 API CUresult CUDAAPI cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D* c, CUstream s) {
   return copy2d(c, s, true);
 }
+// The sim has no alignment limits: unaligned is the same copy.
+API CUresult CUDAAPI cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D* c) {
+  return copy2d(c, nullptr, false);
+}
 API CUresult CUDAAPI cuMemcpy3D_v2(const CUDA_MEMCPY3D* c) { return copy3d(c, nullptr, false); }
 API CUresult CUDAAPI cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D* c, CUstream s) {
   return copy3d(c, s, true);
@@ -1981,6 +1985,7 @@ const ProcEntry kProcs[] = {
     P("cuMemcpy", 4000, cuMemcpy),
     P("cuMemcpy2D", 3020, cuMemcpy2D_v2),
     P("cuMemcpy2DAsync", 3020, cuMemcpy2DAsync_v2),
+    P("cuMemcpy2DUnaligned", 3020, cuMemcpy2DUnaligned_v2),
     P("cuMemcpy3D", 3020, cuMemcpy3D_v2),
     P("cuMemcpy3DAsync", 3020, cuMemcpy3DAsync_v2),
     P("cuMemcpyAsync", 4000, cuMemcpyAsync),

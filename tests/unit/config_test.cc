@@ -225,7 +225,40 @@ TEST(ConfigTest, TheHeaderConfigHasOneKeyPerOption) {
             R"({"mode":"defer","log":"a\"b.jsonl","summary":true,"pool_bytes":4294967296,)"
             R"("pool_entries":65536,"idle_ms":10000,"check_pfn":false,"release_at_exit":false,)"
             R"("watch":"auto","defer_shared":false,"unregister_wait":true,"stacks":"1","prefault":4,)"
-            R"("host_alloc_cache":4294967296,"reuse_freed":858993459})");
+            R"("host_alloc_cache":4294967296,"autopin":false,)"
+            R"("autopin_min":4194304,"autopin_bytes":1717986918,"autopin_after":1,)"
+            R"("reuse_freed":858993459})");
+}
+
+TEST(ConfigTest, AutoPinRequestedReadsItsOwnRow) {
+  auto env = [](const char* value) {
+    return [value](const char* name) {
+      return std::string_view(name) == "LAZYPIN_AUTOPIN" ? value : nullptr;
+    };
+  };
+  EXPECT_TRUE(AutoPinRequested(env("1")));
+  EXPECT_TRUE(AutoPinRequested(env(" yes ")));
+  EXPECT_FALSE(AutoPinRequested(env("0")));
+  EXPECT_FALSE(AutoPinRequested(env("maybe")));
+  EXPECT_FALSE(AutoPinRequested(env(nullptr)));
+}
+
+TEST(ConfigTest, AutoPinIsOffByDefaultAndItsThresholdHasAFloor) {
+  const ParsedConfig defaults = Parse({});
+  EXPECT_FALSE(defaults.config.autopin);
+  EXPECT_EQ(defaults.config.autopin_min, uint64_t{4} << 20);
+  const ParsedConfig set = Parse({{"LAZYPIN_AUTOPIN", "1"}, {"LAZYPIN_AUTOPIN_MIN", "64K"},
+                                  {"LAZYPIN_AUTOPIN_BYTES", "2G"}});
+  EXPECT_TRUE(set.errors.empty());
+  EXPECT_TRUE(set.config.autopin);
+  EXPECT_EQ(set.config.autopin_min, uint64_t{64} << 10);
+  EXPECT_EQ(set.config.autopin_bytes, uint64_t{2} << 30);
+  for (const char* bad : {"63K", "1000", "5%", "x"}) {
+    const ParsedConfig p = Parse({{"LAZYPIN_AUTOPIN_MIN", bad}});
+    ASSERT_EQ(p.errors.size(), 1u) << bad;
+    EXPECT_NE(p.errors[0].find("at least 64K"), std::string::npos) << p.errors[0];
+    EXPECT_EQ(p.config.autopin_min, uint64_t{4} << 20) << "the default stays";
+  }
 }
 
 std::string ReadSource(const char* relative) {

@@ -188,7 +188,7 @@ class ByteSource final : public OpSource {
 
 enum class OpKind {
   kRegister, kUnregister, kInvalidate, kDropContext, kDropDevice, kCollectIdle, kReleaseAll,
-  kAdvanceClock, kRemap
+  kAdvanceClock, kRemap, kAutoPin
 };
 
 struct Op {
@@ -219,6 +219,8 @@ inline std::string OpString(const Op& op) {
     case OpKind::kAdvanceClock: return absl::StrFormat("AdvanceClock(%d)", op.ns);
     case OpKind::kRemap:
       return absl::StrFormat("RemapSilently(0x%x, 0x%x)", op.ptr, op.ptr + op.bytes);
+    case OpKind::kAutoPin:
+      return absl::StrFormat("AutoPin(0x%x, %d, ctx=%d)", op.ptr, op.bytes, op.ctx);
   }
   return "?";
 }
@@ -230,6 +232,8 @@ struct HarnessOptions {
   uint64_t capacity = ~uint64_t{0};  // bytes the driver can pin in all
   PoolLimits limits;
   bool remaps = false;           // generate silent remaps (needs limits.check_frames)
+  bool autopin = false;          // generate copies that auto-pin (Pool::AutoPin)
+  uint64_t autopin_bytes = ~uint64_t{0};  // its own bound
 };
 
 inline Context ContextOf(int index) { return reinterpret_cast<Context>(uintptr_t{0xC0} + index); }
@@ -315,6 +319,7 @@ class PoolHarness final : private PoolDriver, private PoolObserver {
         break;
       }
       case OpKind::kAdvanceClock: now_ += op.ns; break;
+      case OpKind::kAutoPin: DoAutoPin(op); break;
       case OpKind::kRemap:
         // The pages change behind the hooks' back (a missed hook).
         for (uintptr_t p = op.ptr / kPage; p <= (SatEnd(op.ptr, op.bytes) - 1) / kPage; ++p) {
@@ -390,7 +395,21 @@ class PoolHarness final : private PoolDriver, private PoolObserver {
         default: return 1 + src.Next(kPage / 2);
       }
     };
-    if (k < 40) {
+    if (options_.autopin && k < 40 && src.Next(3) == 0) {
+      // A copy of a range: often one the program registered or had registered.
+      op.kind = OpKind::kAutoPin;
+      op.ctx = static_cast<int>(src.Next(2));
+      if (!recent_.empty() && src.Next(2) == 0) {
+        const Registration& r = recent_[src.Next(recent_.size())];
+        op.ptr = r.base;
+        op.bytes = r.bytes;
+        op.ctx = r.ctx == ContextOf(1) ? 1 : 0;
+        if (src.Next(4) == 0) op.ptr += src.Next(33) - 16;
+      } else {
+        op.ptr = random_ptr();
+        op.bytes = random_bytes();
+      }
+    } else if (k < 40) {
       op.kind = OpKind::kRegister;
       if (!recent_.empty() && src.Next(2) == 0) {
         const Registration& r = recent_[src.Next(recent_.size())];
@@ -543,6 +562,55 @@ class PoolHarness final : private PoolDriver, private PoolObserver {
       Expect(forwards >= 1 && forwards <= 2, "forwarded %d times", forwards);
     }
     if (out.result == 0) Remember(Registration{req.ptr, req.bytes, req.flags, req.ctx, {}});
+  }
+
+  // A copy about to use [ptr, ptr + bytes): the pool may register it for
+  // itself (a deferred entry the program never made) or touch the one holding it.
+  void DoAutoPin(const Op& op) {
+    RegisterRequest req;
+    req.ptr = op.ptr;
+    req.bytes = op.bytes;
+    req.flags = 0;
+    req.ctx = ContextOf(op.ctx);
+    req.device = op.ctx;
+    int registers = 0;
+    const AutoPinOutcome out = pool_.AutoPin(
+        req, options_.autopin_bytes, [] { return true; },
+        [&] {
+          registers += 1;
+          return driver_.Register(req.ptr, req.bytes, 0, req.ctx, FramesNow(req.ptr, req.bytes));
+        });
+    Expect(evicted_in_call_ == 0 || out.result != AutoPinResult::kCovered,
+           "a covered copy evicted %d", evicted_in_call_);
+    const uintptr_t lo = req.ptr, hi = SatEnd(req.ptr, req.bytes);
+    if (out.result == AutoPinResult::kPinned) {
+      Expect(registers == 1, "pinned with %d registers", registers);
+      for (const auto& [base, r] : program_.regs()) {
+        const uintptr_t page_lo = lo / kPage * kPage, page_hi = (hi + kPage - 1) / kPage * kPage;
+        Expect(!(base < page_hi && SatEnd(base, r.bytes) > page_lo),
+               "auto-pinned 0x%x (+%d) over the program's 0x%x", lo, req.bytes, base);
+      }
+      Pooled p;
+      static_cast<Registration&>(p) = Registration{req.ptr, req.bytes, 0, req.ctx, {}};
+      p.seq = next_seq_++;
+      p.deferred_at = now_;
+      pooled_[req.ptr] = p;
+      Remember(Registration{req.ptr, req.bytes, 0, req.ctx, {}});
+    } else if (out.result == AutoPinResult::kCovered) {
+      Expect(registers == 0, "a covered copy registered");
+      bool found = false;
+      for (auto& [base, p] : pooled_) {
+        if (p.ctx == req.ctx && base <= lo && SatEnd(base, p.bytes) >= hi) {
+          p.seq = next_seq_++;  // touched: most recently used, not idle
+          p.deferred_at = now_;
+          found = true;
+          break;
+        }
+      }
+      Expect(found, "covered, but no pooled entry of the context holds 0x%x (+%d)", lo, req.bytes);
+    } else if (out.attempted) {
+      Expect(out.driver_result != 0, "skipped after a successful register");
+    }
   }
 
   void DoUnregister(const Op& op) {

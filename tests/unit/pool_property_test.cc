@@ -32,6 +32,33 @@ void PrintTo(const Scenario& s, std::ostream* os) { *os << s.name; }
 
 class PoolPropertyTest : public ::testing::TestWithParam<Scenario> {};
 
+// With copies that auto-pin mixed in (LAZYPIN_AUTOPIN): every program-visible
+// result is still the bare driver's, nothing leaks, the bounds hold.
+TEST(PoolAutoPinPropertyTest, CopiesThatPinChangeNothingTheProgramSees) {
+  uint64_t pins = 0, autopin_hits = 0, copies = 0;
+  for (int seed = 1; seed <= 60; ++seed) {
+    HarnessOptions options;
+    options.autopin = true;
+    options.granularity = seed % 3 == 0 ? kPage : 1;
+    options.limits.max_entries = seed % 4 == 0 ? 3 : 65536;
+    options.limits.max_bytes = seed % 5 == 0 ? 3 * kPage : uint64_t{1} << 40;
+    options.autopin_bytes = seed % 2 == 0 ? 2 * kPage : ~uint64_t{0};
+    options.limits.check_frames = seed % 6 == 1;
+    options.remaps = options.limits.check_frames;
+    PoolHarness h(options);
+    RngSource src(static_cast<uint64_t>(seed) * 0xD1B54A32D192ED03ull);
+    const std::string error = model::RunOps(h, src, 2000, [] { return false; });
+    ASSERT_EQ(error, "") << "seed " << seed;
+    const PoolCounters c = h.pool().Counters();
+    pins += c.autopins;
+    autopin_hits += c.autopin_hits;
+    copies += c.autopin_copies;
+  }
+  EXPECT_GT(pins, 1000u);
+  EXPECT_GT(autopin_hits, 50u);
+  EXPECT_GT(copies, 100u);
+}
+
 TEST_P(PoolPropertyTest, MatchesTheDriverWithoutLazypin) {
   const Scenario& s = GetParam();
   constexpr int kSeeds = 50;

@@ -1,0 +1,103 @@
+// auto_pin: pinned speed for pageable copies (see auto_pin.h).
+#include "auto_pin.h"
+
+#include "capture.h"
+#include "cuda.h"
+#include "page_class.h"
+#include "pages.h"
+#include "real.h"
+#include "thread_state.h"
+
+namespace lazypin {
+namespace {
+
+real::Lazy<CUresult (*)(void*, size_t, unsigned)> g_register;
+real::Lazy<CUresult (*)(void*, CUpointer_attribute, CUdeviceptr)> g_attribute;
+
+// What the driver knows of the memory at `p`: nothing (pageable host memory,
+// or no memory at all), or its type.
+enum class Known { kNothing, kHost, kDevice };
+Known Ask(uintptr_t p) {
+  auto attribute = g_attribute.Get(&real::Driver, "cuPointerGetAttribute");
+  if (attribute == nullptr) return Known::kHost;  // unknown: never pinned
+  CUmemorytype type = CU_MEMORYTYPE_HOST;
+  if (attribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p) != CUDA_SUCCESS) return Known::kNothing;
+  return type == CU_MEMORYTYPE_HOST ? Known::kHost : Known::kDevice;
+}
+
+// The other side of the copy is device memory (a host-to-host copy gains nothing).
+bool IsDevice(const CopySide& side) {
+  if (side.lo == 0) return true;
+  return side.unified && Ask(side.lo) == Known::kDevice;
+}
+
+}  // namespace
+
+void AutoPin::Slow(const char* api, Via via, CopySide dst, CopySide src) {
+  if (t_state.inside > 0 || pool_->Abandoned()) return;
+  // A capture in progress: the copy is recorded, not run, and a register may
+  // be refused and invalidate the capture. Leave it to the driver.
+  if (Captures().Any()) return;
+  ScopedInsideLazypin inside;
+  const Context ctx = env_->CurrentContext();
+  if (ctx == nullptr) return;  // the copy fails (201) or cudart sets one up: not ours
+  if (!seen_copy_.load(std::memory_order_relaxed) && !seen_copy_.exchange(true) &&
+      sink_ != nullptr) {
+    sink_->OnFirstCopy();
+  }
+  if (src.lo != 0 && src.bytes >= limits_.min_bytes) {
+    PinSide(api, via, src, dst, /*to_device=*/true, ctx);
+  }
+  if (dst.lo != 0 && dst.bytes >= limits_.min_bytes) {
+    PinSide(api, via, dst, src, /*to_device=*/false, ctx);
+  }
+}
+
+bool AutoPin::CountCopy(uintptr_t ptr, size_t bytes) {
+  if (limits_.after <= 1) return true;
+  std::lock_guard<std::mutex> lock(seen_mu_);
+  for (Seen& s : seen_) {
+    if (s.copies > 0 && s.ptr == ptr && s.bytes == bytes) {
+      if (++s.copies < limits_.after) return false;
+      s = Seen{};
+      return true;
+    }
+  }
+  seen_[seen_next_] = Seen{ptr, bytes, 1};
+  seen_next_ = (seen_next_ + 1) % kSeen;
+  return false;
+}
+
+void AutoPin::PinSide(const char* api, Via via, const CopySide& side, const CopySide& other,
+                      bool to_device, Context ctx) {
+  RegisterRequest req;
+  req.ptr = side.lo;
+  req.bytes = side.bytes;
+  req.flags = 0;
+  req.ctx = ctx;
+  req.device = env_->CurrentDevice();
+  const uintptr_t hi = RangeEnd(side.lo, side.bytes);
+  const AutoPinOutcome out = pool_->AutoPin(
+      req, limits_.max_bytes,
+      [&] {
+        // Then private anonymous pages only: shared and file-backed ones change
+        // with no event. Memory the driver knows (pinned, device, managed)
+        // is not pageable, and a host-to-host copy gains nothing.
+        // The cost model's count first: only copies that would pin count.
+        return CountCopy(side.lo, side.bytes) &&
+               ClassifyRange(side.lo, hi) == PageClass::kPrivateAnonymous &&
+               Ask(side.lo) == Known::kNothing && Ask(hi - 1) == Known::kNothing &&
+               IsDevice(other);
+      },
+      [&] {
+        auto reg = g_register.Get(&real::Driver, "cuMemHostRegister_v2");
+        if (reg == nullptr) return int{CUDA_ERROR_NOT_INITIALIZED};
+        return int{reg(reinterpret_cast<void*>(side.lo), side.bytes, 0)};
+      });
+  if (out.attempted && sink_ != nullptr) {
+    sink_->RecordAutoPin(
+        AutoPinRecord{api, via, side.lo, side.bytes, to_device, out.driver_result, out.register_ns});
+  }
+}
+
+}  // namespace lazypin
