@@ -110,8 +110,12 @@ class AutoPinTest(AppTestCase):
             with self.subTest(door=door, form=form):
                 run = self.compare(["--door", door, "--form", form, "--scenario", "invalidate"])
                 evicts = {r["reason"] for r in run.records if r["type"] == "evict"}
-                for reason in ("munmap", "madvise", "watch", "mmap_fixed", "free"):
+                for reason in ("munmap", "madvise", "watch", "mmap_fixed"):
                     self.assertIn(reason, evicts)
+                # A free of an auto-pinned malloc'd block changes no page when
+                # the block is parked for reuse (LAZYPIN_REUSE_FREED): it stays
+                # allocated and pinned, or it is released (free).
+                self.assertTrue("free" in evicts or run.records[-1]["pool"]["parked"] > 0, evicts)
                 self.assertGreaterEqual(len([p for p in autopins(run.records) if p["result"] == 0]), 8)
 
     def test_fork_releases_first(self):
