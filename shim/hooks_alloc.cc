@@ -9,6 +9,7 @@
 #include "hooks_alloc.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <malloc.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include "real.h"
 #include "shim.h"
 #include "state.h"
+#include "thread_state.h"
 
 namespace lazypin {
 
@@ -104,6 +106,30 @@ void* ServeParked(size_t bytes, size_t align, bool zero) {
   return block;
 }
 
+namespace {
+
+// Set while AllocatorReuseCheck calls malloc through a pointer: the slow path
+// counts the calls that reach it.
+thread_local bool t_probing LAZYPIN_TLS = false;
+thread_local int t_probe_hits LAZYPIN_TLS = 0;
+
+// Whether a call through `fn` reaches lazypin's malloc. Every malloc takes
+// the slow path meanwhile (the parked count is raised; nothing is parked, so
+// nothing is served).
+bool ReachesOurMalloc(void* fn) {
+  g_parked_blocks.fetch_add(1, std::memory_order_relaxed);
+  t_probing = true;
+  t_probe_hits = 0;
+  void* p = reinterpret_cast<MallocFn>(fn)(24);
+  t_probing = false;
+  g_parked_blocks.fetch_sub(1, std::memory_order_relaxed);
+  const bool reached = t_probe_hits > 0;
+  free(p);
+  return reached;
+}
+
+}  // namespace
+
 bool AllocatorReuseCheck(std::string* why) {
   real::DlsymFn dlsym_real = real::Dlsym();
   Dl_info self;
@@ -112,14 +138,24 @@ bool AllocatorReuseCheck(std::string* why) {
     *why = "dlsym or dladdr failed";
     return false;
   }
+  // A non-PIE executable that takes malloc's address gets the symbol's
+  // canonical address: its own PLT entry (an undefined symbol with a value),
+  // which calls whatever the lookup found. Then a call through it tells.
+  void* probe_through = nullptr;
   for (const char* name : {"malloc", "calloc", "realloc", "free", "posix_memalign",
                            "aligned_alloc", "memalign", "valloc", "pvalloc"}) {
     Dl_info info;
+    void* sym_entry = nullptr;
     void* global = dlsym_real(RTLD_DEFAULT, name);
-    if (global == nullptr || dladdr(global, &info) == 0 || info.dli_fbase != self.dli_fbase) {
+    const bool found = global != nullptr && dladdr1(global, &info, &sym_entry, RTLD_DL_SYMENT) != 0;
+    const auto* sym = static_cast<const ElfW(Sym)*>(sym_entry);
+    const bool plt_entry = found && info.dli_fbase != self.dli_fbase && sym != nullptr &&
+                           sym->st_shndx == SHN_UNDEF;
+    if (plt_entry) {
+      if (strcmp(name, "malloc") == 0) probe_through = global;
+    } else if (!found || info.dli_fbase != self.dli_fbase) {
       *why = std::string("the process's ") + name + " is " +
-             (global != nullptr && dladdr(global, &info) && info.dli_fname ? info.dli_fname : "?") +
-             "'s, not lazypin's";
+             (found && info.dli_fname ? info.dli_fname : "?") + "'s, not lazypin's";
       return false;
     }
     void* next = dlsym_real(RTLD_NEXT, name);
@@ -130,6 +166,10 @@ bool AllocatorReuseCheck(std::string* why) {
              "'s, not glibc's";
       return false;
     }
+  }
+  if (probe_through != nullptr && !ReachesOurMalloc(probe_through)) {
+    *why = "a call through the executable's malloc does not reach lazypin's";
+    return false;
   }
   return true;
 }
@@ -143,6 +183,7 @@ using namespace lazypin;  // NOLINT: the hooks below are C symbols
 // path out of line: a parked block, the lookup, or the arena.
 
 __attribute__((noinline)) static void* MallocSlow(size_t bytes) {
+  if (t_probing) ++t_probe_hits;
   if (AnyParked()) {
     if (void* block = ServeParked(bytes, 0, false)) return block;
   }

@@ -197,3 +197,48 @@ class ReuseTest(AppTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+NON_PIE_CLIENT = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+int cudaHostRegister(void*, size_t, unsigned);
+int cudaHostUnregister(void*);
+/* Non-PIC code taking malloc's address: the symbol's canonical address is
+   this executable's PLT entry (as in Ubuntu's /usr/bin/python3.12). */
+__attribute__((noinline)) void* (*address_of_malloc(void))(size_t) { return malloc; }
+int main(void) {
+  for (int i = 0; i < 4; ++i) {
+    char* p = address_of_malloc()(4 << 20);
+    memset(p, i, 4 << 20);
+    if (cudaHostRegister(p, 4 << 20, 0) != 0) return 1;
+    if (cudaHostUnregister(p) != 0) return 2;
+    free(p);
+  }
+  puts("OK");
+  return 0;
+}
+"""
+
+
+class NonPieExecutableTest(AppTestCase):
+    def test_an_executables_plt_entry_for_malloc_is_not_another_allocator(self):
+        import shutil
+        import subprocess
+        from test_preload import SIM
+        cc = shutil.which("cc") or shutil.which("gcc")
+        if cc is None:
+            self.skipTest("no C compiler")
+        src = os.path.join(self.dir, "np.c")
+        exe = os.path.join(self.dir, "np")
+        with open(src, "w") as f:
+            f.write(NON_PIE_CLIENT)
+        subprocess.run([cc, "-no-pie", "-fno-pic", "-O1", "-o", exe, src, "-L" + SIM,
+                        "-l:libcudart.so.13"], check=True)
+        run = self.run_app([exe], LAZYPIN_MODE="defer")
+        self.assertEqual(run.rc, 0, run.err)
+        self.assertFalse([r for r in run.records if r["type"] == "warning"
+                          and "steps aside" in r["message"]])
+        regs = [r["action"] for r in calls(run.records) if r["api"] == "cudaHostRegister"]
+        self.assertEqual(regs, ["miss", "hit", "hit", "hit"])
