@@ -39,6 +39,7 @@ struct CallRecord {
   Action action;
   int evicted;
   PassReason reason;  // with kPassthrough: why
+  int64_t end_ns = 0;  // DispatchEnv::NowNs() when the call returned (the second of its two clock reads)
 };
 
 class DispatchEnv {
@@ -53,7 +54,9 @@ class DispatchEnv {
   // Such an unregister is forwarded, not deferred, so that the program sees
   // the driver's answer. Cheap when nothing captures.
   virtual bool CaptureForbidsDeferral() = 0;
-  // Exactly once per program call, after it returned from the driver or the pool.
+  // Exactly once per program call, after it returned from the driver or the
+  // pool. The call reads the clock twice (NowNs: when it began, and
+  // record.end_ns); Record should read it no more.
   virtual void Record(const CallRecord& record) = 0;
   // Waits, on the calling thread, for the work in flight in `ctx` (the
   // calling thread's current context) and returns the driver's result. This
@@ -126,7 +129,7 @@ class Dispatch {
   bool WaitBeforeDefer(Context ctx);
   void SynchronizeIfDeferred(uintptr_t lo, uintptr_t hi, void* stream);
   RegisterRequest Request(const ProgramCall& call, Context ctx);
-  void Record(const ProgramCall& call, const Outcome& outcome, int64_t latency_ns);
+  void Record(const ProgramCall& call, const Outcome& outcome, int64_t t0);
 
   DispatchEnv* const env_;
   Pool* const pool_;

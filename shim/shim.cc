@@ -159,6 +159,9 @@ class Shim final : public DispatchEnv, public PoolObserver {
  private:
   int64_t SinceStart() const { return MonotonicNs() - start_mono_ns_; }
   std::string HeaderLine(const std::string& log_path);
+  // The log's Formatter (on its writer thread): counts the record in the
+  // statistics, then formats it.
+  void FormatEntry(const LogEntry& entry, std::string* line);
   // Opens the kernel watch as LAZYPIN_WATCH asks; false when it is required and cannot be had.
   bool OpenWatch();
   void InstallExitHandlerOnce();
@@ -259,7 +262,8 @@ void Shim::Init() {
   const std::string pattern = config_.log_path.empty()
                                   ? DefaultLogPattern(program_invocation_short_name)
                                   : config_.log_path;
-  log_ = Log::Deferred(ExpandLogPath(pattern, getpid()));
+  log_ = Log::Deferred(ExpandLogPath(pattern, getpid()),
+                       [this](const LogEntry& entry, std::string* line) { FormatEntry(entry, line); });
   if (effective_ == Mode::kDefer) {
     PoolLimits limits;
     limits.max_bytes = config_.pool_bytes;
@@ -348,20 +352,75 @@ void Shim::InstallExitHandlerOnce() {
   atexit(ExitHandler);
 }
 
+// The per-call path: 64 bytes into the log's ring; the writer thread counts
+// and formats them (FormatEntry).
 void Shim::Record(const CallRecord& record) {
-  stats_.RecordCall(record.call.api, record.call.bytes, record.result, record.latency_ns,
-                    record.action);
-  if (log_) log_->Write(CallRecordLine(SinceStart(), ThreadId(), record).view());
+  LogEntry entry;
+  entry.kind = LogEntry::Kind::kCall;
+  entry.api = static_cast<uint8_t>(record.call.api);
+  entry.via = static_cast<uint8_t>(record.call.via);
+  entry.action = static_cast<uint8_t>(record.action);
+  entry.reason = static_cast<uint8_t>(record.reason);
+  entry.result = record.result;
+  entry.tid = ThreadId();
+  entry.flags = record.call.flags;
+  entry.evicted = record.evicted;
+  entry.t_ns = record.end_ns - start_mono_ns_;
+  entry.latency_ns = record.latency_ns;
+  entry.ptr = reinterpret_cast<uintptr_t>(record.call.ptr);
+  entry.bytes = record.call.bytes;
+  log_->Write(entry);
   InstallExitHandlerOnce();
 }
 
 void Shim::OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result, int64_t latency_ns,
                    const ReleaseWait& wait) {
-  stats_.RecordEvict(latency_ns);
-  if (log_) {
-    log_->Write(
-        EvictRecordLine(SinceStart(), ThreadId(), ptr, bytes, reason, result, latency_ns, wait)
-            .view());
+  LogEntry entry;
+  entry.kind = LogEntry::Kind::kEvict;
+  entry.reason = static_cast<uint8_t>(reason);
+  entry.forced = wait.forced;
+  entry.result = result;
+  entry.tid = ThreadId();
+  entry.t_ns = SinceStart();
+  entry.latency_ns = latency_ns;
+  entry.ptr = ptr;
+  entry.bytes = bytes;
+  entry.waited_ns = wait.waited_ns;
+  log_->Write(entry);
+}
+
+void Shim::FormatEntry(const LogEntry& e, std::string* line) {
+  switch (e.kind) {
+    case LogEntry::Kind::kCall: {
+      const Api api = static_cast<Api>(e.api);
+      const Action action = static_cast<Action>(e.action);
+      stats_.RecordCall(api, e.bytes, e.result, e.latency_ns, action);
+      const CallRecord record{
+          ProgramCall{api, static_cast<Via>(e.via), reinterpret_cast<void*>(e.ptr), e.bytes, e.flags},
+          e.result, e.latency_ns, action, e.evicted, static_cast<PassReason>(e.reason)};
+      line->append(CallRecordLine(e.t_ns, e.tid, record).view());
+      return;
+    }
+    case LogEntry::Kind::kEvict: {
+      stats_.RecordEvict(e.latency_ns);
+      ReleaseWait wait;
+      wait.waited_ns = e.waited_ns;
+      wait.forced = e.forced;
+      line->append(EvictRecordLine(e.t_ns, e.tid, e.ptr, e.bytes, static_cast<EvictReason>(e.reason),
+                                   e.result, e.latency_ns, wait)
+                       .view());
+      return;
+    }
+    case LogEntry::Kind::kDropped:
+      *line = WarningRecordLine(
+          SinceStart(), fmt::format("{} log records were dropped: the log's ring of {} records "
+                                    "stayed full for 10 ms (the writer could not keep up)",
+                                    e.bytes, LogRing::kSlots));
+      fprintf(stderr, "lazypin: %s log records were dropped (the log could not keep up)\n",
+              std::to_string(e.bytes).c_str());
+      return;
+    case LogEntry::Kind::kText:
+      return;  // the log writes those itself
   }
 }
 
@@ -388,7 +447,8 @@ void Shim::AtExit() {
   const PoolCounters counters = pool_ ? pool_->Counters() : PoolCounters{};
   std::string log_note;
   if (log_) {
-    log_->Close(stats_.SummaryJson(counters, SinceStart(), "exit"));
+    // The summary is made once the writer has counted every record.
+    log_->Close([&] { return stats_.SummaryJson(counters, SinceStart(), "exit"); });
     // No file: the writer said why on stderr when it could not create it.
     const std::string failure = log_->failure();
     if (log_->has_file()) {
