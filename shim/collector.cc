@@ -2,6 +2,7 @@
 #include "collector.h"
 
 #include <linux/futex.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -24,9 +25,21 @@ int64_t MonotonicMs() {
 
 }  // namespace
 
+Collector::Slot* Collector::ZeroedSlots() {
+  void* p = mmap(nullptr, sizeof(Slot) * kSlots, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return new Slot[kSlots];  // never unmapped nor deleted: the collector stays
+  return static_cast<Slot*>(p);
+}
+
 Collector::Collector(Pool* pool, int64_t idle_ms, FreeFn real_free, FreeBounds bounds,
                      const CaptureTracker* captures)
-    : pool_(pool), idle_ms_(idle_ms), real_free_(real_free), bounds_(bounds), captures_(captures) {
+    : pool_(pool),
+      idle_ms_(idle_ms),
+      real_free_(real_free),
+      bounds_(bounds),
+      slots_(ZeroedSlots()),
+      captures_(captures) {
   thread_ = StartThreadWithSignalsBlocked([this] { Run(); });
 }
 
@@ -86,7 +99,8 @@ void Collector::FinishFrees() {
   // was published, then a Wake): nothing new to take until `handed_` moves.
   if (upto == scanned_upto_) return;
   scanned_upto_ = upto;
-  for (Slot& slot : slots_) {
+  for (size_t i = 0; i < kSlots; ++i) {
+    Slot& slot = slots_[i];
     const uintptr_t address = slot.block.load(std::memory_order_acquire);
     if (address <= kClaimed) continue;  // free, or a HandOver still filling it (a later ticket)
     const size_t bytes = slot.bytes.load(std::memory_order_relaxed);

@@ -326,6 +326,13 @@ void Log::Adopt(int fd, std::string path) {
 void Log::GiveUp() { file_state_.store(kGaveUp, std::memory_order_release); }
 
 void Log::RunWriter(Preamble preamble) {
+  // The file is created once the first record is there: the set-up runs
+  // inside the program's first call, which makes that record as it returns,
+  // so that the file's creation (and the header's reads of /proc) never
+  // competes with that call.
+  while (ring_.pushed() == 0 && !stop_writer_.load(std::memory_order_acquire)) {
+    FutexWait(&wake_, wake_.load(std::memory_order_acquire), 1000000);
+  }
   if (file_state_.load(std::memory_order_acquire) == kCreating) {
     CreatedLogFile file = CreateLogFile(path_);
     if (!file.message.empty()) fprintf(stderr, "%s\n", file.message.c_str());

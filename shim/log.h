@@ -19,6 +19,8 @@
 #include <string>
 #include <thread>
 
+#include "thread_state.h"
+
 #include <condition_variable>
 #include <mutex>
 #include <functional>
@@ -163,7 +165,7 @@ class Log {
   const Formatter format_;
   std::mutex close_mu_;  // Close() once
   LogRing ring_;
-  std::thread writer_;
+  LazypinThread writer_;
 };
 
 }  // namespace lazypin
