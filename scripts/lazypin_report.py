@@ -418,6 +418,10 @@ class Log:
         self.first_register_done = False
         self.seen = set()
         self.last_unregister = {}   # ptr -> t of its last deferred unregister
+        # ptr -> the stack of the real register that made its registration:
+        # a hit or deferral logged without a stack of its own (LAZYPIN_STACKS=1)
+        # is that registration's, so it is credited to that call site.
+        self.site_of = {}
         self.idle_gone = {}         # ptr -> t of its last use, released idle
         self.lru_gone = set()
         self.freed_sizes = {}       # bytes -> freed pooled registrations not yet re-registered
@@ -467,6 +471,11 @@ class Log:
             warm = self.first_register_done and evicted == 0
             self.first_register_done = True
             self.on_real_register(t, ptr, nbytes, action)
+            if stack is not None and ptr is not None and (
+                    ptr in self.site_of or len(self.site_of) < PTR_MEMORY):
+                self.site_of[ptr] = stack
+        if stack is None and (action == "hit" or action == "deferred") and self.site_of:
+            stack = self.site_of.get(ptr)
         elif action == "deferred" and ptr is not None:
             self.last_unregister[ptr] = t
         if evicted:
@@ -600,6 +609,7 @@ class Log:
         loads = json.loads
         groups = self.groups
         last_unregister = self.last_unregister
+        site_of = self.site_of
         # call shapes (api, bytes, action, evicted, reason, stack, result as
         # written) whose record changes nothing but their group: summed here
         # without the general path. value: (group, is a deferred unregister)
@@ -641,6 +651,9 @@ class Log:
                     content = True
                     records += 1
                     ck = m.group(3, 5, 8, 9, 10, 11, 6)  # api bytes action evicted reason stack result
+                    if site_of and ck[5] is None:  # a hit or deferral is its registration's
+                        p4 = m.group(4)
+                        ck = ck + (site_of.get(int(p4, 16)) if p4[:2] == b"0x" else None,)
                     hit = plain.get(ck)
                     if hit is not None:
                         g, deferred = hit
@@ -685,9 +698,12 @@ class Log:
                                  or (action == "passthrough" and rsn))):
                         api_s = api.decode()
                         reg = "Register" in api_s and "Unregister" not in api_s
+                        sid = int(st) if st is not None else (
+                            site_of.get(ptr) if action in ("hit", "deferred") else None)
                         key = (api_s, action, size_class(int(nb)) if reg else None, False, False,
-                               False, rsn.decode() if rsn is not None else None,
-                               int(st) if st is not None else None)
+                               False, rsn.decode() if rsn is not None else None, sid)
+                        if site_of and st is None and len(ck) == 7:
+                            ck = ck + (site_of.get(ptr),)
                         plain[ck] = (groups[key], action == "deferred")
                     continue
                 m = evict_match(line)
@@ -1082,6 +1098,20 @@ def is_lazypin_object(path):
     return os.path.basename(path).startswith("liblazypin")
 
 
+# The innermost frames inside CUDA's own code (libcuda, libcudart, a static
+# cudart linked into the program or an extension) say nothing the record's
+# API does not: they are dropped, at most this many, before `depth` counts.
+CUDA_FRAMES = 8
+CUDA_API_NAME = re.compile(r"^cu(da)?[A-Z]\w*(?:[ (]|$)")
+
+
+def is_cuda_frame(frame, name):
+    path = frame[0]
+    base = os.path.basename(path) if path else ""
+    return (base.startswith("libcuda.so") or base.startswith("libcudart.so")
+            or name.startswith("libcudart_static_") or CUDA_API_NAME.match(name) is not None)
+
+
 def call_sites(logs, prices, depth=4):
     """Call sites ranked: each unique symbolized stack (lazypin's own frames
     left out, `depth` frames kept) with its calls, time spent (calls and
@@ -1108,7 +1138,7 @@ def call_sites(logs, prices, depth=4):
                 if hit is not None and is_lazypin_object(hit[0]):
                     continue
                 out.append(hit if hit is not None else (None, a))
-                if len(out) >= depth:
+                if len(out) >= depth + CUDA_FRAMES:
                     break
             per[sid] = out
             for path, off in out:
@@ -1133,7 +1163,10 @@ def call_sites(logs, prices, depth=4):
                 return None
             if stack not in per:
                 return ("stack %d (frames not in the log)" % stack,)
-            return tuple(frame_name(f) for f in per[stack]) or ("(lazypin frames only)",)
+            named = [(f, frame_name(f)) for f in per[stack]]
+            while named and is_cuda_frame(*named[0]):
+                named.pop(0)
+            return tuple(n for _, n in named[:depth]) or ("(lazypin and CUDA frames only)",)
 
         for key, g in log.groups.items():
             s = site(key[7])

@@ -75,6 +75,23 @@ std::optional<WatchMode> ParseWatchMode(std::string_view text) {
   return std::nullopt;
 }
 
+const char* StackModeName(StackMode mode) {
+  switch (mode) {
+    case StackMode::kOff: return "0";
+    case StackMode::kDriver: return "1";
+    case StackMode::kAll: return "all";
+  }
+  return "1";
+}
+
+std::optional<StackMode> ParseStackMode(std::string_view text) {
+  const std::string t = Lower(text);
+  if (t == "all") return StackMode::kAll;
+  const std::optional<bool> on = ParseBool(t);
+  if (!on) return std::nullopt;
+  return *on ? StackMode::kDriver : StackMode::kOff;
+}
+
 std::optional<Mode> ParseMode(std::string_view text) {
   const std::string t = Lower(text);
   if (t == "off") return Mode::kOff;
@@ -205,6 +222,12 @@ const Option kOptions[] = {
        return Store(ParseBool(t), &c->unregister_wait);
      },
      [](const Config& c) { return JsonBool(c.unregister_wait); }},
+    {"LAZYPIN_STACKS", "stacks", "1", "1", "0, 1 or all",
+     "which calls the log gives their native stack (the report's call sites): 1: those that "
+     "reached the driver and lazypin's releases made on the program's threads (about 1-3 us "
+     "each); all: hits and deferrals too; 0: none",
+     [](std::string_view t, uint64_t, Config* c) { return Store(ParseStackMode(t), &c->stacks); },
+     [](const Config& c) { return fmt::format("\"{}\"", StackModeName(c.stacks)); }},
 };
 const size_t kOptionCount = sizeof(kOptions) / sizeof(kOptions[0]);
 

@@ -22,6 +22,12 @@ const char* ModeName(Mode mode);
 enum class WatchMode { kAuto, kKernel, kHooks };
 const char* WatchModeName(WatchMode mode);
 
+// Which calls carry their native stack (callsite.h): none, the calls that
+// reached the driver (and lazypin's own releases on the program's threads),
+// or every call, hits and deferrals included.
+enum class StackMode { kOff, kDriver, kAll };
+const char* StackModeName(StackMode mode);
+
 // Every field's default is its option row's default text (kOptions), parsed.
 struct Config {
   Mode mode = Mode::kOff;
@@ -35,6 +41,7 @@ struct Config {
   WatchMode watch = WatchMode::kAuto;
   bool defer_shared = false;      // defer shared and file-backed pages too
   bool unregister_wait = false;   // a deferred unregister waits for the work in flight first
+  StackMode stacks = StackMode::kOff;
 };
 
 // One row per LAZYPIN_* variable of the shim: the one place that names it,
@@ -86,6 +93,7 @@ std::optional<int64_t> ParseCount(std::string_view text, int64_t max);
 std::optional<bool> ParseBool(std::string_view text);
 std::optional<Mode> ParseMode(std::string_view text);
 std::optional<WatchMode> ParseWatchMode(std::string_view text);
+std::optional<StackMode> ParseStackMode(std::string_view text);
 
 
 }  // namespace lazypin

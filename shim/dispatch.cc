@@ -49,6 +49,7 @@ Outcome Dispatch::Act(const ProgramCall& call, absl::FunctionRef<int()> real,
 }
 
 int Dispatch::Runtime(const ProgramCall& call, absl::FunctionRef<int()> real) {
+  env_->CallStarts(call);
   const int64_t t0 = env_->NowNs();
   // A hit or a deferral needs no driver call: take it here and spare the
   // program cudart's own path. A register needs the context cudart will use,
@@ -101,6 +102,7 @@ int Dispatch::Driver(const ProgramCall& call, absl::FunctionRef<int()> real) {
     frame->outcome.evicted += outcome.evicted;
     return outcome.result;
   }
+  env_->CallStarts(call);
   const int64_t t0 = env_->NowNs();
   const Outcome outcome = Act(call, real, RuntimeFrame::Wait::kNotYet);
   Record(call, outcome, t0);

@@ -54,9 +54,11 @@ class DispatchEnv {
   // Such an unregister is forwarded, not deferred, so that the program sees
   // the driver's answer. Cheap when nothing captures.
   virtual bool CaptureForbidsDeferral() = 0;
-  // Exactly once per program call, after it returned from the driver or the
-  // pool. The call reads the clock twice (NowNs: when it began, and
+  // Exactly once per program call: CallStarts before anything else, Record
+  // after it returned from the driver or the pool (calls of one thread nest).
+  // The call reads the clock twice (NowNs: when it began, and
   // record.end_ns); Record should read it no more.
+  virtual void CallStarts(const ProgramCall& call) {}
   virtual void Record(const CallRecord& record) = 0;
   // Waits, on the calling thread, for the work in flight in `ctx` (the
   // calling thread's current context) and returns the driver's result. This

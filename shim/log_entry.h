@@ -1,6 +1,6 @@
 // log_entry: one log record as a calling thread hands it to the log's writer
 // thread: fixed size, plain values only (nothing points into the caller's
-// memory), so that the caller copies 64 bytes and the writer formats it.
+// memory), so that the caller copies 72 bytes and the writer formats it.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +22,7 @@ struct LogEntry {
   int32_t tid = 0;
   uint32_t flags = 0;        // kCall
   int32_t evicted = 0;       // kCall
+  int32_t stack = 0;         // kCall, kEvict: the stack's id (callsite.h), 0 for none
   int64_t t_ns = 0;
   int64_t latency_ns = 0;
   uint64_t ptr = 0;
@@ -32,6 +33,6 @@ struct LogEntry {
   };
   LogEntry() : waited_ns(0) {}
 };
-static_assert(sizeof(LogEntry) == 64, "a log entry is one cache line");
+static_assert(sizeof(LogEntry) == 72, "a log entry is 72 bytes");
 
 }  // namespace lazypin

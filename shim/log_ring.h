@@ -23,7 +23,7 @@ namespace lazypin {
 
 class LogRing {
  public:
-  static constexpr uint64_t kSlots = 8192;  // a power of two; 576 KiB of slots
+  static constexpr uint64_t kSlots = 8192;  // a power of two; 640 KiB of slots
 
   LogRing() {
     void* p = mmap(nullptr, sizeof(Slot) * kSlots, PROT_READ | PROT_WRITE,

@@ -44,7 +44,7 @@ ShortRecord Copied(const fmt::memory_buffer& text) {
 
 }  // namespace
 
-ShortRecord CallRecordLine(int64_t t_ns, int tid, const CallRecord& r) {
+ShortRecord CallRecordLine(int64_t t_ns, int tid, const CallRecord& r, int stack) {
   fmt::memory_buffer text;
   fmt::format_to(std::back_inserter(text),
                  FMT_COMPILE(R"({{"type":"call","t_ns":{},"tid":{},"api":"{}","via":"{}","ptr":"{}",)"
@@ -55,12 +55,13 @@ ShortRecord CallRecordLine(int64_t t_ns, int tid, const CallRecord& r) {
   if (r.reason != PassReason::kNone) {
     fmt::format_to(std::back_inserter(text), FMT_COMPILE(R"(,"reason":"{}")"), PassReasonName(r.reason));
   }
+  if (stack > 0) fmt::format_to(std::back_inserter(text), FMT_COMPILE(R"(,"stack":{})"), stack);
   text.push_back('}');
   return Copied(text);
 }
 
 ShortRecord EvictRecordLine(int64_t t_ns, int tid, uintptr_t ptr, size_t bytes, EvictReason reason,
-                            int result, int64_t latency_ns, const ReleaseWait& wait) {
+                            int result, int64_t latency_ns, const ReleaseWait& wait, int stack) {
   fmt::memory_buffer text;
   fmt::format_to(
       std::back_inserter(text),
@@ -69,6 +70,7 @@ ShortRecord EvictRecordLine(int64_t t_ns, int tid, uintptr_t ptr, size_t bytes, 
       t_ns, tid, reinterpret_cast<void*>(ptr), bytes, EvictReasonName(reason), result, latency_ns,
       wait.waited_ns);
   if (wait.forced) fmt::format_to(std::back_inserter(text), FMT_COMPILE(R"(,"forced":true)"));
+  if (stack > 0) fmt::format_to(std::back_inserter(text), FMT_COMPILE(R"(,"stack":{})"), stack);
   text.push_back('}');
   return Copied(text);
 }

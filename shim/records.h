@@ -46,9 +46,11 @@ class ShortRecord {
   size_t size_ = 0;
 };
 
-ShortRecord CallRecordLine(int64_t t_ns, int tid, const CallRecord& record);
+// `stack`: the id of the call's native stack (callsite.h), 0 for none.
+ShortRecord CallRecordLine(int64_t t_ns, int tid, const CallRecord& record, int stack = 0);
 ShortRecord EvictRecordLine(int64_t t_ns, int tid, uintptr_t ptr, size_t bytes, EvictReason reason,
-                            int result, int64_t latency_ns, const ReleaseWait& wait);
+                            int result, int64_t latency_ns, const ReleaseWait& wait,
+                            int stack = 0);
 std::string WarningRecordLine(int64_t t_ns, std::string_view message);
 
 // The summary a signal leaves ({"type":"summary","t_ns":N,"ended_by":"SIGTERM"}),

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "callsite.h"
 #include "capture.h"
 #include "collector.h"
 #include "config.h"
@@ -29,6 +30,7 @@
 #include "log.h"
 #include "mem_watch.h"
 #include "memory_guard.h"
+#include "nvtx.h"
 #include "pfn.h"
 #include "pool.h"
 #include "real.h"
@@ -124,6 +126,7 @@ class Shim final : public DispatchEnv, public PoolObserver {
     exchange(&restore);
     return Captures().ForbidsUnsafeCall(CaptureThreadId(), static_cast<CaptureMode>(mode));
   }
+  void CallStarts(const ProgramCall& call) override { nvtx::CallBegins(call.api); }
   void Record(const CallRecord& record) override;
   int WaitForDevice(Context ctx) override {
     // A synchronize would invalidate a capture in progress in the context,
@@ -171,6 +174,9 @@ class Shim final : public DispatchEnv, public PoolObserver {
   int64_t start_mono_ns_ = 0;
   int64_t start_unix_ns_ = 0;
   std::unique_ptr<Log> log_;
+  // The stack of a record: 0 (none) unless LAZYPIN_STACKS asks for it here.
+  int StackOf(Action action);
+  std::unique_ptr<CallSites> sites_;  // with a log and LAZYPIN_STACKS on
   Stats stats_;
   std::unique_ptr<MemWatch> watch_;
   std::string watch_reason_;  // why the kernel watch is not on
@@ -264,6 +270,9 @@ void Shim::Init() {
                                   : config_.log_path;
   log_ = Log::Deferred(ExpandLogPath(pattern, getpid()),
                        [this](const LogEntry& entry, std::string* line) { FormatEntry(entry, line); });
+  if (config_.stacks != StackMode::kOff) {
+    sites_ = std::make_unique<CallSites>(reinterpret_cast<const void*>(&ExitHandler));
+  }
   if (effective_ == Mode::kDefer) {
     PoolLimits limits;
     limits.max_bytes = config_.pool_bytes;
@@ -352,9 +361,21 @@ void Shim::InstallExitHandlerOnce() {
   atexit(ExitHandler);
 }
 
-// The per-call path: 64 bytes into the log's ring; the writer thread counts
+int Shim::StackOf(Action action) {
+  // Hits and deferrals cost about a microsecond; a stack costs more.
+  if (!sites_ || t_state.own_thread) return 0;
+  if (config_.stacks != StackMode::kAll && (action == Action::kHit || action == Action::kDeferred)) {
+    return 0;
+  }
+  return sites_->Capture([this](std::string_view line) { log_->Write(line); });
+}
+
+// The per-call path: 72 bytes into the log's ring; the writer thread counts
 // and formats them (FormatEntry).
 void Shim::Record(const CallRecord& record) {
+  nvtx::CallEnds(record.action, record.reason);
+  // A new stack's lines go into the ring first, from this thread: before the record naming it.
+  const int stack = StackOf(record.action);
   LogEntry entry;
   entry.kind = LogEntry::Kind::kCall;
   entry.api = static_cast<uint8_t>(record.call.api);
@@ -369,12 +390,15 @@ void Shim::Record(const CallRecord& record) {
   entry.latency_ns = record.latency_ns;
   entry.ptr = reinterpret_cast<uintptr_t>(record.call.ptr);
   entry.bytes = record.call.bytes;
+  entry.stack = stack;
   log_->Write(entry);
   InstallExitHandlerOnce();
 }
 
 void Shim::OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result, int64_t latency_ns,
                    const ReleaseWait& wait) {
+  nvtx::Evicted(reason, wait.forced);
+  const int stack = StackOf(Action::kForward);
   LogEntry entry;
   entry.kind = LogEntry::Kind::kEvict;
   entry.reason = static_cast<uint8_t>(reason);
@@ -386,6 +410,7 @@ void Shim::OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result, 
   entry.ptr = ptr;
   entry.bytes = bytes;
   entry.waited_ns = wait.waited_ns;
+  entry.stack = stack;
   log_->Write(entry);
 }
 
@@ -398,7 +423,7 @@ void Shim::FormatEntry(const LogEntry& e, std::string* line) {
       const CallRecord record{
           ProgramCall{api, static_cast<Via>(e.via), reinterpret_cast<void*>(e.ptr), e.bytes, e.flags},
           e.result, e.latency_ns, action, e.evicted, static_cast<PassReason>(e.reason)};
-      line->append(CallRecordLine(e.t_ns, e.tid, record).view());
+      line->append(CallRecordLine(e.t_ns, e.tid, record, e.stack).view());
       return;
     }
     case LogEntry::Kind::kEvict: {
@@ -407,7 +432,7 @@ void Shim::FormatEntry(const LogEntry& e, std::string* line) {
       wait.waited_ns = e.waited_ns;
       wait.forced = e.forced;
       line->append(EvictRecordLine(e.t_ns, e.tid, e.ptr, e.bytes, static_cast<EvictReason>(e.reason),
-                                   e.result, e.latency_ns, wait)
+                                   e.result, e.latency_ns, wait, e.stack)
                        .view());
       return;
     }

@@ -89,7 +89,11 @@ void PrepareSpareThreads(int count) {
   }
 }
 
-LazypinThread StartLazypinThread(std::function<void()> body) {
+LazypinThread StartLazypinThread(std::function<void()> fn) {
+  std::function<void()> body = [fn = std::move(fn)] {
+    t_state.own_thread = true;
+    fn();
+  };
   LazypinThread out;
   if (g_spares_prepared.load(std::memory_order_acquire) &&
       g_spares_pid.load(std::memory_order_acquire) == getpid()) {

@@ -22,6 +22,7 @@ struct ThreadState {
   void* queued_frees[kQueuedFrees] = {};
   int queued_free_count = 0;
   struct RuntimeFrame* runtime_frame = nullptr;  // see dispatch.h
+  bool own_thread = false;  // one of lazypin's own threads (StartThreadWithSignalsBlocked)
 };
 extern thread_local ThreadState t_state LAZYPIN_TLS;
 

@@ -740,18 +740,23 @@ class CallSites(unittest.TestCase):
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
-    def make_log(self, with_objects=True):
+    def make_log(self, with_objects=True, hit_stacks=True):
         base = 0x555555554000
         shim_base = 0x7ff000000000
+        cudart_base = 0x7fe000000000
         b = LogBuilder()
         if with_objects:
             b.recs.append({"type": "objects", "list": [
-                {"path": "/opt/lazypin/lib/liblazypin.so", "base": "0x%x" % shim_base, "size": 1 << 20}]})
+                {"path": "/opt/lazypin/lib/liblazypin.so", "base": "0x%x" % shim_base, "size": 1 << 20},
+                {"path": "/usr/local/cuda/lib64/libcudart.so.13", "base": "0x%x" % cudart_base,
+                 "size": 1 << 20}]})
             b.recs.append({"type": "objects", "list": [
                 {"path": self.exe, "base": "0x%x" % base, "size": os.path.getsize(self.exe) + (1 << 16)}]})
-        # frames: the shim's hook, then a return address inside each function
+        # frames: the shim's hook, cudart's (dropped: the API says it), then a
+        # return address inside each function
         b.recs.append({"type": "stack", "id": 1, "frames": [
-            "0x%x" % (shim_base + 0x1234), "0x%x" % (base + self.syms["pin_small"] + 8),
+            "0x%x" % (shim_base + 0x1234), "0x%x" % (cudart_base + 0x2000),
+            "0x%x" % (cudart_base + 0x3000), "0x%x" % (base + self.syms["pin_small"] + 8),
             "0x%x" % (base + self.syms["main"] + 8)]})
         b.recs.append({"type": "stack", "id": 2, "frames": [
             "0x%x" % (shim_base + 0x1234), "0x%x" % (base + self.syms["pin_big"] + 8)]})
@@ -759,7 +764,10 @@ class CallSites(unittest.TestCase):
         b.reg(p2, 64 << 10, 300 * MS, "miss", stack=2)       # start-up
         b.reg(p1, M4, 170 * US, "miss", stack=1)
         for _ in range(50):
-            b.unreg(p1, 500, "deferred", stack=1).reg(p1, M4, 1 * US, "hit", stack=1)
+            if hit_stacks:
+                b.unreg(p1, 500, "deferred", stack=1).reg(p1, M4, 1 * US, "hit", stack=1)
+            else:  # LAZYPIN_STACKS=1: hits and deferrals carry no stack
+                b.unreg(p1, 500, "deferred").reg(p1, M4, 1 * US, "hit")
         for _ in range(3):
             b.unreg(p2, 40 * US, "forward", stack=2).reg(p2, 64 << 10, 40 * US, "forward", stack=2)
         return b.write(os.path.join(self.tmp, "sites.jsonl"))
@@ -781,6 +789,15 @@ class CallSites(unittest.TestCase):
         self.assertIn("== call sites by time spent", out)
         self.assertIn("== call sites by time saved", out)
         self.assertIn("pin_small (sites.c:2)", out)
+
+    def test_hits_without_a_stack_are_their_registrations(self):
+        # The default log (stacks on driver calls only): the 50 hits and
+        # deferrals go to the call site of the miss that registered p1.
+        a = report_json(self.make_log())["call_sites"]["by_saved"]
+        b = report_json(self.make_log(hit_stacks=False))["call_sites"]["by_saved"]
+        self.assertEqual(b[0]["frames"], a[0]["frames"])
+        self.assertEqual((b[0]["hits"], b[0]["calls"], b[0]["saved_ns"]),
+                         (a[0]["hits"], a[0]["calls"], a[0]["saved_ns"]))
 
     def test_without_objects_frames_stay_addresses(self):
         d = report_json(self.make_log(with_objects=False))

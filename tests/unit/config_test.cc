@@ -224,7 +224,7 @@ TEST(ConfigTest, TheHeaderConfigHasOneKeyPerOption) {
   EXPECT_EQ(json,
             R"({"mode":"defer","log":"a\"b.jsonl","summary":true,"pool_bytes":4294967296,)"
             R"("pool_entries":65536,"idle_ms":10000,"check_pfn":false,"release_at_exit":false,)"
-            R"("watch":"auto","defer_shared":false,"unregister_wait":true})");
+            R"("watch":"auto","defer_shared":false,"unregister_wait":true,"stacks":"1"})");
 }
 
 std::string ReadSource(const char* relative) {

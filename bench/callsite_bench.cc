@@ -1,0 +1,39 @@
+// callsite_bench: what a native stack costs per record (LAZYPIN_STACKS=1
+// takes one on every driver call): CallSites::Capture of a stack already
+// interned, `depth` frames below the benchmark's own, against glibc's
+// backtrace() for the same stack.
+//   build/bench/callsite_bench
+#include <execinfo.h>
+
+#include <string_view>
+
+#include "benchmark/benchmark.h"
+#include "callsite.h"
+
+namespace {
+
+template <typename Fn>
+__attribute__((noinline)) int Deep(int depth, Fn& fn) {
+  if (depth == 0) return fn();
+  const int r = Deep(depth - 1, fn);
+  benchmark::DoNotOptimize(r);
+  return r;
+}
+
+void BM_CaptureInterned(benchmark::State& state) {
+  lazypin::CallSites sites(nullptr);
+  auto capture = [&] { return sites.Capture([](std::string_view) {}); };
+  for (auto _ : state) benchmark::DoNotOptimize(Deep(static_cast<int>(state.range(0)), capture));
+}
+BENCHMARK(BM_CaptureInterned)->Arg(0)->Arg(4)->Arg(8)->Arg(16);
+
+void BM_GlibcBacktrace(benchmark::State& state) {
+  auto capture = [] {
+    void* frames[lazypin::CallSites::kMaxFrames];
+    return backtrace(frames, lazypin::CallSites::kMaxFrames);
+  };
+  for (auto _ : state) benchmark::DoNotOptimize(Deep(static_cast<int>(state.range(0)), capture));
+}
+BENCHMARK(BM_GlibcBacktrace)->Arg(0)->Arg(4)->Arg(8)->Arg(16);
+
+}  // namespace

@@ -1,0 +1,164 @@
+// callsite: native stacks, interned (see callsite.h).
+#include "callsite.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <unistd.h>
+#include <unwind.h>
+
+#include <algorithm>
+
+#include "fmt/format.h"
+#include "json.h"
+
+namespace lazypin {
+namespace {
+
+struct Unwinding {
+  uintptr_t* frames;
+  size_t capacity;
+  size_t count;
+  uintptr_t skip_lo, skip_hi;
+};
+
+_Unwind_Reason_Code OnFrame(struct _Unwind_Context* context, void* arg) {
+  auto* u = static_cast<Unwinding*>(arg);
+  const uintptr_t pc = _Unwind_GetIP(context);
+  if (pc == 0) return _URC_END_OF_STACK;
+  if (pc >= u->skip_lo && pc < u->skip_hi) return _URC_NO_REASON;
+  u->frames[u->count++] = pc;
+  return u->count == u->capacity ? _URC_END_OF_STACK : _URC_NO_REASON;
+}
+
+uint64_t HashFrames(const uintptr_t* frames, size_t count) {
+  uint64_t h = 0x9e3779b97f4a7c15u ^ count;
+  for (size_t i = 0; i < count; ++i) {
+    h ^= frames[i];
+    h *= 0xff51afd7ed558ccdu;
+    h ^= h >> 32;
+  }
+  return h == 0 ? 1 : h;
+}
+
+// [lo, hi) of one loaded object's PT_LOAD segments.
+std::pair<uintptr_t, uintptr_t> Segments(const dl_phdr_info* info) {
+  uintptr_t lo = ~uintptr_t{0}, hi = 0;
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type != PT_LOAD) continue;
+    lo = std::min<uintptr_t>(lo, info->dlpi_addr + ph.p_vaddr);
+    hi = std::max<uintptr_t>(hi, info->dlpi_addr + ph.p_vaddr + ph.p_memsz);
+  }
+  return hi == 0 ? std::pair<uintptr_t, uintptr_t>{0, 0} : std::pair{lo, hi};
+}
+
+std::string ExecutablePath() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf));
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+}  // namespace
+
+size_t CaptureFrames(uintptr_t* frames, size_t capacity, uintptr_t skip_lo, uintptr_t skip_hi) {
+  if (capacity == 0) return 0;
+  Unwinding u{frames, capacity, 0, skip_lo, skip_hi};
+  _Unwind_Backtrace(&OnFrame, &u);
+  return u.count;
+}
+
+std::pair<uintptr_t, uintptr_t> CallSites::ObjectRange(const void* address) {
+  struct Search {
+    uintptr_t address;
+    std::pair<uintptr_t, uintptr_t> range{0, 0};
+  } search{reinterpret_cast<uintptr_t>(address)};
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* arg) {
+        auto* s = static_cast<Search*>(arg);
+        const auto range = Segments(info);
+        if (s->address < range.first || s->address >= range.second) return 0;
+        s->range = range;
+        return 1;
+      },
+      &search);
+  return search.range;
+}
+
+int CallSites::Capture(Emit emit) {
+  std::pair<uintptr_t, uintptr_t> own;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!own_known_ && own_code_ != nullptr) own_ = ObjectRange(own_code_);
+    own_known_ = true;
+    own = own_;
+  }
+  uintptr_t frames[kMaxFrames];
+  const size_t count = CaptureFrames(frames, kMaxFrames, own.first, own.second);
+  return Intern(frames, count, emit);
+}
+
+int CallSites::Intern(const uintptr_t* frames, size_t count, Emit emit) {
+  if (count == 0) return 0;
+  count = std::min(count, kMaxFrames);
+  const uint64_t hash = HashFrames(frames, count);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (slots_.empty()) slots_.resize(kSlots);
+  for (size_t probe = 0; probe < kSlots; ++probe) {
+    Slot& slot = slots_[(hash + probe) & (kSlots - 1)];
+    if (slot.count == 0) {
+      if (used_ * 4 >= kSlots * 3) return 0;  // full enough: probes stay short
+      slot.hash = hash;
+      slot.count = static_cast<uint32_t>(count);
+      std::copy(frames, frames + count, slot.frames);
+      slot.id = static_cast<int>(++used_);
+      bool all_known = true;
+      for (size_t i = 0; i < count && all_known; ++i) all_known = Known(frames[i]);
+      if (!all_known) {
+        const std::string objects = NewObjectsLine();
+        if (!objects.empty()) emit(objects);
+      }
+      std::string line = fmt::format(R"({{"type":"stack","id":{},"frames":[)", slot.id);
+      for (size_t i = 0; i < count; ++i) {
+        fmt::format_to(std::back_inserter(line), R"({}"{:#x}")", i == 0 ? "" : ",", frames[i]);
+      }
+      line += "]}";
+      emit(line);
+      return slot.id;
+    }
+    if (slot.hash == hash && slot.count == count && std::equal(frames, frames + count, slot.frames)) {
+      return slot.id;
+    }
+  }
+  return 0;
+}
+
+bool CallSites::Known(uintptr_t pc) const {
+  for (const Object& o : objects_) {
+    if (pc >= o.lo && pc < o.hi) return true;
+  }
+  return false;
+}
+
+std::string CallSites::NewObjectsLine() {
+  struct Scan {
+    CallSites* self;
+    std::string list;
+  } scan{this, {}};
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* arg) {
+        auto* s = static_cast<Scan*>(arg);
+        const auto [lo, hi] = Segments(info);
+        if (hi == 0 || s->self->Known(lo)) return 0;
+        s->self->objects_.push_back({lo, hi});
+        const char* name = info->dlpi_name != nullptr ? info->dlpi_name : "";
+        const std::string path = *name != '\0' ? std::string(name) : ExecutablePath();
+        fmt::format_to(std::back_inserter(s->list), R"({}{{"path":{},"base":"{:#x}","size":{}}})",
+                       s->list.empty() ? "" : ",", JsonString(path), info->dlpi_addr,
+                       hi - info->dlpi_addr);
+        return 0;
+      },
+      &scan);
+  return scan.list.empty() ? std::string() : R"({"type":"objects","list":[)" + scan.list + "]}";
+}
+
+}  // namespace lazypin

@@ -1,0 +1,79 @@
+// callsite: which code made a call. The calling thread's native stack, taken
+// with libgcc's unwinder (linked into the shim, found through the loader's
+// _dl_find_object: no lock, no allocation), lazypin's own frames left out,
+// and interned: each unique stack gets an id, and its frames and any object
+// not yet named are written once to the log, before the first record that
+// names the id (docs/log-format.md, "objects and stack"). Symbols are the
+// report's business: the shim writes addresses only.
+//
+// Thread-safe; the table is taken with a mutex, which is fine on the paths
+// that use it (driver calls of hundreds of microseconds). Not for signal handlers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <string_view>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
+
+namespace lazypin {
+
+// The return addresses of the calling thread's stack, innermost first,
+// without the frames inside [skip_lo, skip_hi) (lazypin's own code); at most
+// `capacity`. Returns how many.
+size_t CaptureFrames(uintptr_t* frames, size_t capacity, uintptr_t skip_lo, uintptr_t skip_hi);
+
+class CallSites {
+ public:
+  static constexpr size_t kMaxFrames = 16;  // outside lazypin; the report shows 4
+  static constexpr size_t kSlots = 4096;  // unique stacks kept; later new ones get no id
+
+  // Frames inside the object that holds `own_code` (lazypin's) are left out;
+  // null: none are. The object is looked up on the first Capture.
+  explicit CallSites(const void* own_code) : own_code_(own_code) {}
+  CallSites(const CallSites&) = delete;
+  CallSites& operator=(const CallSites&) = delete;
+
+  // Takes the calling thread's stack and returns its id (1, 2, ...), or 0
+  // for none (no frame outside lazypin, or the table is full). `emit` gets,
+  // in order, the lines that must precede the first record naming a new id:
+  // an `objects` record for objects not yet written, then the `stack` record.
+  using Emit = absl::FunctionRef<void(std::string_view line)>;
+  int Capture(Emit emit);
+
+  // The same with frames the caller took (tests).
+  int Intern(const uintptr_t* frames, size_t count, Emit emit);
+
+  // The address range of the object that holds `address` (lazypin's own,
+  // for the constructor); {0, 0} when none.
+  static std::pair<uintptr_t, uintptr_t> ObjectRange(const void* address);
+
+ private:
+  struct Object {
+    uintptr_t lo, hi;  // [lo, hi): its loaded segments
+  };
+  struct Slot {
+    uint64_t hash = 0;
+    uint32_t count = 0;  // 0: empty
+    int id = 0;
+    uintptr_t frames[kMaxFrames];
+  };
+  bool Known(uintptr_t pc) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Scans the loaded objects; returns the `objects` line for those not yet written ("" if none).
+  std::string NewObjectsLine() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const void* const own_code_;
+  std::mutex mu_;
+  bool own_known_ ABSL_GUARDED_BY(mu_) = false;
+  std::pair<uintptr_t, uintptr_t> own_ ABSL_GUARDED_BY(mu_) = {0, 0};
+  std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);  // kSlots, made on first use
+  size_t used_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<Object> objects_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace lazypin

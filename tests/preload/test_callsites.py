@@ -1,0 +1,139 @@
+"""Call sites and NVTX under the shim, on the simulated CUDA stack.
+
+Call sites: each call record that reached the driver names a stack whose
+`stack` record (and the `objects` that hold its frames) came before it; no
+frame is lazypin's; the report ranks the sites by name. NVTX: with an
+injection library that records what it is given (nvtx_recorder.cc), every
+intercepted call is a balanced range in the "lazypin" domain and every pool
+action a marker.
+Environment (set by CMake): as test_preload, plus NVTX_RECORDER.
+"""
+import bisect
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_preload import AppTestCase, app, calls, SRC  # noqa: E402
+
+RECORDER = os.environ["NVTX_RECORDER"]
+
+
+def objects_of(records):
+    out = []
+    for r in records:
+        if r["type"] == "objects":
+            out += [(int(o["base"], 16), o["size"], o["path"]) for o in r["list"]]
+    return sorted(out)
+
+
+def object_of(objs, addr):
+    i = bisect.bisect_right([o[0] for o in objs], addr) - 1
+    while i >= 0:
+        base, size, path = objs[i]
+        if base <= addr < base + size:
+            return path
+        i -= 1
+    return None
+
+
+class CallSiteTest(AppTestCase):
+    def test_every_driver_call_names_a_stack_written_before_it(self):
+        run = self.run_app([app("seed_shared"), "--repeat", "3"], LAZYPIN_MODE="defer")
+        self.assertEqual(run.rc, 0, run.err)
+        seen_stacks, seen_objects = {}, []
+        real = 0
+        for r in run.records:
+            if r["type"] == "objects":
+                seen_objects += [(int(o["base"], 16), o["size"], o["path"]) for o in r["list"]]
+            elif r["type"] == "stack":
+                self.assertNotIn(r["id"], seen_stacks, "each stack written once")
+                seen_stacks[r["id"]] = [int(f, 16) for f in r["frames"]]
+                objs = sorted(seen_objects)
+                for f in seen_stacks[r["id"]]:
+                    path = object_of(objs, f)
+                    self.assertIsNotNone(path, "frame 0x%x in no object written before" % f)
+                    self.assertFalse(os.path.basename(path).startswith("liblazypin"), path)
+            elif r["type"] == "call":
+                if r["action"] in ("hit", "deferred"):
+                    self.assertNotIn("stack", r, "hits and deferrals carry no stack by default")
+                    continue
+                real += 1
+                self.assertIn(r["stack"], seen_stacks, r)
+        self.assertGreater(real, 0)
+        # The register's stack holds the program's own code.
+        objs = objects_of(run.records)
+        exe = os.path.realpath(app("seed_shared"))
+        paths = {object_of(objs, f) for fr in seen_stacks.values() for f in fr}
+        self.assertIn(exe, paths)
+
+    def test_all_gives_hits_a_stack_and_zero_gives_none(self):
+        run = self.run_app([app("seed_shared"), "--repeat", "3"], LAZYPIN_MODE="defer",
+                           LAZYPIN_STACKS="all")
+        hits = [r for r in calls(run.records) if r["action"] == "hit"]
+        self.assertTrue(hits)
+        self.assertTrue(all("stack" in r for r in calls(run.records)))
+        run = self.run_app([app("seed_shared"), "--repeat", "3"], LAZYPIN_MODE="defer",
+                           LAZYPIN_STACKS="0")
+        self.assertEqual(run.rc, 0, run.err)
+        self.assertFalse([r for r in run.records if r["type"] in ("stack", "objects")])
+        self.assertFalse([r for r in calls(run.records) if "stack" in r])
+        self.assertEqual(run.records[0]["config"]["stacks"], "0")
+
+    def test_the_report_ranks_named_call_sites(self):
+        run = self.run_app([app("seed_shared"), "--repeat", "3"], LAZYPIN_MODE="defer")
+        self.assertEqual(run.rc, 0, run.err)
+        rep = subprocess.run([sys.executable, os.path.join(SRC, "scripts", "lazypin"), "report",
+                              "--json", run.log], capture_output=True, text=True, timeout=120)
+        self.assertEqual(rep.returncode, 0, rep.stderr)
+        sites = json.loads(rep.stdout)["call_sites"]["by_time"]
+        self.assertTrue(sites)
+        names = " ".join(" ".join(s["frames"]) for s in sites)
+        self.assertIn("main", names)  # symbolized, or object+offset when no symbolizer
+        self.assertNotIn("lazypin::", names)
+
+
+class NvtxTest(AppTestCase):
+    def timeline(self, argv, **extra):
+        record = os.path.join(self.dir, "nvtx.txt")
+        run = self.run_app(argv, NVTX_INJECTION64_PATH=RECORDER, NVTX_RECORD=record, **extra)
+        self.assertEqual(run.rc, 0, run.err)
+        with open(record) as f:
+            return run, [l.rstrip("\n") for l in f]
+
+    def test_each_call_is_a_balanced_range_and_each_action_a_marker(self):
+        run, lines = self.timeline([app("seed_shared"), "--repeat", "3"], LAZYPIN_MODE="defer",
+                                   LAZYPIN_RELEASE_AT_EXIT="1")
+        self.assertIn("domain lazypin", lines)
+        mine = [l for l in lines if l.split(" ")[1:2] == ["lazypin"]]
+        depth, pushes = 0, []
+        for l in mine:
+            if l.startswith("push "):
+                depth += 1
+                pushes.append(l.split(" ", 2)[2])
+            elif l.startswith("pop "):
+                depth -= 1
+                self.assertGreaterEqual(depth, 0)
+        self.assertEqual(depth, 0)
+        recs = calls(run.records)
+        self.assertEqual(pushes, [r["api"] for r in recs], "one range per call, named by its API")
+        marks = [l.split(" ", 2)[2] for l in mine if l.startswith("mark ")]
+        actions = [r["action"] for r in recs if r["action"] in ("hit", "deferred")]
+        self.assertEqual([m for m in marks if m in ("hit", "deferred")], actions)
+        evicts = [r for r in run.records if r["type"] == "evict"]
+        self.assertTrue(evicts)
+        self.assertEqual([m for m in marks if m.startswith("evict:")],
+                         ["evict:" + e["reason"] + (":forced" if e.get("forced") else "")
+                          for e in evicts])
+
+    def test_log_mode_has_ranges_and_no_markers(self):
+        run, lines = self.timeline([app("path_runtime_shared")])
+        mine = [l for l in lines if l.split(" ")[1:2] == ["lazypin"]]
+        self.assertEqual(len([l for l in mine if l.startswith("push ")]), len(calls(run.records)))
+        self.assertFalse([l for l in mine if l.startswith("mark ")])
+
+
+if __name__ == "__main__":
+    unittest.main()

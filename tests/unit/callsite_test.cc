@@ -1,0 +1,118 @@
+// CallSites: stacks interned once each, written before their first use,
+// lazypin's own frames left out, bounded.
+#include "callsite.h"
+
+#include <dlfcn.h>
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace lazypin {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+struct Lines {
+  mutable std::vector<std::string> lines;
+  void operator()(std::string_view line) const { lines.emplace_back(line); }
+};
+
+__attribute__((noinline)) int CaptureHere(CallSites& sites, Lines& out) {
+  const int id = sites.Capture(out);
+  asm volatile("" ::: "memory");  // not a tail call: this frame stays on the stack
+  return id;
+}
+__attribute__((noinline)) int SiteA(CallSites& sites, Lines& out) {
+  const int id = CaptureHere(sites, out);
+  asm volatile("" ::: "memory");
+  return id;
+}
+__attribute__((noinline)) int SiteB(CallSites& sites, Lines& out) {
+  const int id = CaptureHere(sites, out);
+  asm volatile("" ::: "memory");
+  return id;
+}
+
+TEST(CallSitesTest, OneIdPerStackWrittenOnceBeforeItsFirstUse) {
+  CallSites sites(nullptr);
+  Lines out;
+  int a[3], b;
+  for (int& id : a) id = SiteA(sites, out);  // the same return addresses each time
+  b = SiteB(sites, out);
+  EXPECT_EQ(a[0], 1);
+  EXPECT_EQ(a[1], a[0]);
+  EXPECT_EQ(a[2], a[0]);
+  EXPECT_EQ(b, 2);
+  // objects (all of them: none known yet), stack 1, stack 2: nothing for the repeats.
+  ASSERT_EQ(out.lines.size(), 3u);
+  EXPECT_THAT(out.lines[0], StartsWith(R"({"type":"objects","list":[{"path":")"));
+  EXPECT_THAT(out.lines[0], HasSubstr("callsite_test"));  // the executable, by its path
+  EXPECT_THAT(out.lines[1], StartsWith(R"({"type":"stack","id":1,"frames":["0x)"));
+  EXPECT_THAT(out.lines[2], StartsWith(R"({"type":"stack","id":2,"frames":["0x)"));
+}
+
+TEST(CallSitesTest, FramesAreReturnAddressesInnermostFirst) {
+  uintptr_t frames[CallSites::kMaxFrames];
+  const size_t n = CaptureFrames(frames, CallSites::kMaxFrames, 0, 0);
+  ASSERT_GE(n, 2u);
+  Dl_info info;
+  // The innermost frame is inside CaptureFrames' caller chain: this test's executable.
+  ASSERT_NE(dladdr(reinterpret_cast<void*>(frames[1]), &info), 0);
+  EXPECT_THAT(std::string(info.dli_fname), HasSubstr("callsite_test"));
+}
+
+TEST(CallSitesTest, LeavesOutTheFramesOfItsOwnObject) {
+  // This executable plays lazypin: none of its frames may appear.
+  const auto self = CallSites::ObjectRange(reinterpret_cast<const void*>(&CaptureHere));
+  ASSERT_NE(self.second, 0u);
+  uintptr_t frames[CallSites::kMaxFrames];
+  const size_t n = CaptureFrames(frames, CallSites::kMaxFrames, self.first, self.second);
+  ASSERT_GE(n, 1u);  // libc's start-up frames remain
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_FALSE(frames[i] >= self.first && frames[i] < self.second) << i;
+  }
+  CallSites sites(reinterpret_cast<const void*>(&CaptureHere));
+  Lines out;
+  EXPECT_GE(SiteA(sites, out), 1);
+  ASSERT_FALSE(out.lines.empty());
+  EXPECT_THAT(out.lines.back(), ::testing::Not(HasSubstr("callsite_test")));
+}
+
+TEST(CallSitesTest, AtMostMaxFramesEach) {
+  std::vector<uintptr_t> frames(100);
+  for (size_t i = 0; i < frames.size(); ++i) frames[i] = 0x1000 + i;
+  CallSites sites(nullptr);
+  Lines out;
+  ASSERT_EQ(sites.Intern(frames.data(), frames.size(), out), 1);
+  const std::string& stack = out.lines.back();
+  size_t commas = 0;
+  for (char c : stack) commas += c == ',';
+  EXPECT_EQ(commas, 2 + CallSites::kMaxFrames - 1);  // two before "frames", then one between frames
+}
+
+TEST(CallSitesTest, AFullTableGivesNoIdAndKeepsTheOldOnes) {
+  CallSites sites(nullptr);
+  Lines out;
+  int last = 0;
+  uintptr_t frame = 0x1000;
+  for (size_t i = 0; i < CallSites::kSlots; ++i) {
+    frame += 16;
+    const int id = sites.Intern(&frame, 1, out);
+    if (id == 0) break;
+    last = id;
+  }
+  EXPECT_GE(static_cast<size_t>(last), CallSites::kSlots / 2);
+  EXPECT_LT(static_cast<size_t>(last), CallSites::kSlots);
+  frame += 16;
+  EXPECT_EQ(sites.Intern(&frame, 1, out), 0);
+  uintptr_t first = 0x1010;
+  EXPECT_EQ(sites.Intern(&first, 1, out), 1);  // known stacks keep their ids
+  EXPECT_EQ(sites.Intern(&first, 0, out), 0);  // no frames: no stack
+}
+
+}  // namespace
+}  // namespace lazypin
