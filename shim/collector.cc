@@ -137,6 +137,7 @@ bool Collector::PostponedForCapture(int64_t now_ms) {
 
 void Collector::Run() {
   ScopedInsideLazypin inside;  // its frees and the driver's are ours: pass them through
+  pool_->Prefault();  // here, not in the program's first call nor in its first deferral
   const int64_t period_ms = std::clamp<int64_t>(idle_ms_ / 4, 10, 1000);
   int64_t next_collect_ms = MonotonicMs() + period_ms;
   while (!stopping_.load(std::memory_order_acquire)) {

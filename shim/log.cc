@@ -333,6 +333,7 @@ void Log::RunWriter(Preamble preamble) {
   while (ring_.pushed() == 0 && !stop_writer_.load(std::memory_order_acquire)) {
     FutexWait(&wake_, wake_.load(std::memory_order_acquire), 1000000);
   }
+  ring_.Prefault();  // the rest of the ring's first lap takes no page fault in a caller
   if (file_state_.load(std::memory_order_acquire) == kCreating) {
     CreatedLogFile file = CreateLogFile(path_);
     if (!file.message.empty()) fprintf(stderr, "%s\n", file.message.c_str());
@@ -376,8 +377,8 @@ void Log::Write(std::string_view line) {
 
 void Log::PushSlow(const LogEntry& entry) {
   // The ring is full: the writer is behind (or not there yet). Wait for it,
-  // at most 10 ms, then drop the record and count it.
-  const int64_t deadline = MonotonicNs() + 10000000;
+  // at most 50 ms, then drop the record and count it.
+  const int64_t deadline = MonotonicNs() + 50000000;
   for (int spins = 0; writer_running_.load(std::memory_order_acquire); ++spins) {
     wake_pending_.store(false, std::memory_order_relaxed);
     Wake();

@@ -4,7 +4,7 @@
 // of lazypin's takes the records in order every 10 ms (sooner when the ring
 // is half full), has them formatted (and counted: the Formatter keeps the
 // statistics, so that they cost the caller nothing either) and writes them.
-// A full ring makes the caller wait for the writer, at most 10 ms; past that
+// A full ring makes the caller wait for the writer, at most 50 ms; past that
 // the record is dropped and counted, and the writer writes how many were
 // dropped (a Kind::kDropped entry handed to the Formatter). Owns: creating the file safely
 // (no link followed, nothing existing ever opened, no open that can block),

@@ -439,7 +439,7 @@ void Shim::FormatEntry(const LogEntry& e, std::string* line) {
     case LogEntry::Kind::kDropped:
       *line = WarningRecordLine(
           SinceStart(), fmt::format("{} log records were dropped: the log's ring of {} records "
-                                    "stayed full for 10 ms (the writer could not keep up)",
+                                    "stayed full for 50 ms (the writer could not keep up)",
                                     e.bytes, LogRing::kSlots));
       fprintf(stderr, "lazypin: %s log records were dropped (the log could not keep up)\n",
               std::to_string(e.bytes).c_str());

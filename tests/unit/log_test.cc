@@ -450,13 +450,18 @@ TEST(LogTest, OpenWritesToTheSuffixedNameAndReportsIt) {
 
 // Binary entries from many threads: every one reaches the Formatter once, in
 // each thread's order, and is written before the last line, which is made
-// after the Formatter saw them all.
+// after the Formatter saw them all; any the full ring dropped (a writer
+// starved for the whole wait, on a loaded machine) are counted and said.
 TEST(LogTest, EntriesFromManyThreadsAreFormattedOnceInOrder) {
   char t[] = "/tmp/lazypin-log-XXXXXX";
   ASSERT_NE(mkdtemp(t), nullptr);
   const std::string path = std::string(t) + "/ring.jsonl";
   std::atomic<int> formatted{0};
   std::unique_ptr<Log> log = Log::Deferred(path, [&](const LogEntry& e, std::string* line) {
+    if (e.kind == LogEntry::Kind::kDropped) {
+      *line = fmt::format("dropped {}", e.bytes);
+      return;
+    }
     formatted.fetch_add(1);
     *line = fmt::format("{} {}", e.tid, e.t_ns);
   });
@@ -483,19 +488,26 @@ TEST(LogTest, EntriesFromManyThreadsAreFormattedOnceInOrder) {
   EXPECT_EQ(line, "head");
   std::vector<int> next(kThreads, 0);
   int lines = 0;
+  long dropped = 0;
   while (std::getline(f, line) && line.rfind("last", 0) != 0 && line != "text") {
+    long d = 0;
+    if (sscanf(line.c_str(), "dropped %ld", &d) == 1) {
+      dropped += d;
+      continue;
+    }
     int tid = -1, n = -1;
     ASSERT_EQ(sscanf(line.c_str(), "%d %d", &tid, &n), 2) << line;
     ASSERT_GE(tid, 0);
     ASSERT_LT(tid, kThreads);
-    EXPECT_EQ(n, next[tid]) << "thread " << tid;
+    EXPECT_GE(n, next[tid]) << "thread " << tid;
     next[tid] = n + 1;
     ++lines;
   }
-  EXPECT_EQ(lines, kThreads * kEach);
+  EXPECT_EQ(lines + dropped, kThreads * kEach);
+  EXPECT_EQ(lines, formatted.load());
   EXPECT_EQ(line, "text");
   std::getline(f, line);
-  EXPECT_EQ(line, fmt::format("last {}", kThreads * kEach));
+  EXPECT_EQ(line, fmt::format("last {}", lines));
   system((std::string("rm -rf ") + t).c_str());
 }
 
