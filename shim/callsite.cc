@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 #include <link.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <unwind.h>
 
@@ -102,7 +103,13 @@ int CallSites::Intern(const uintptr_t* frames, size_t count, Emit emit) {
   count = std::min(count, kMaxFrames);
   const uint64_t hash = HashFrames(frames, count);
   std::lock_guard<std::mutex> lock(mu_);
-  if (slots_.empty()) slots_.resize(kSlots);
+  if (!slots_tried_) {
+    slots_tried_ = true;
+    void* p = mmap(nullptr, sizeof(Slot) * kSlots, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p != MAP_FAILED) slots_ = static_cast<Slot*>(p);
+  }
+  if (slots_ == nullptr) return 0;
   for (size_t probe = 0; probe < kSlots; ++probe) {
     Slot& slot = slots_[(hash + probe) & (kSlots - 1)];
     if (slot.count == 0) {

@@ -57,10 +57,10 @@ class CallSites {
   struct Object {
     uintptr_t lo, hi;  // [lo, hi): its loaded segments
   };
-  struct Slot {
-    uint64_t hash = 0;
-    uint32_t count = 0;  // 0: empty
-    int id = 0;
+  struct Slot {  // all zero: empty
+    uint64_t hash;
+    uint32_t count;  // 0: empty
+    int id;
     uintptr_t frames[kMaxFrames];
   };
   bool Known(uintptr_t pc) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -71,7 +71,11 @@ class CallSites {
   std::mutex mu_;
   bool own_known_ ABSL_GUARDED_BY(mu_) = false;
   std::pair<uintptr_t, uintptr_t> own_ ABSL_GUARDED_BY(mu_) = {0, 0};
-  std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);  // kSlots, made on first use
+  // kSlots, a zeroed anonymous mapping made on first use and touched only as
+  // slots fill (no 576 KiB of page faults in the first call's record);
+  // never unmapped (null: the mapping failed, no stack gets an id).
+  Slot* slots_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool slots_tried_ ABSL_GUARDED_BY(mu_) = false;
   size_t used_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Object> objects_ ABSL_GUARDED_BY(mu_);
 };

@@ -137,10 +137,18 @@ bool Collector::PostponedForCapture(int64_t now_ms) {
 
 void Collector::Run() {
   ScopedInsideLazypin inside;  // its frees and the driver's are ours: pass them through
-  pool_->Prefault();  // here, not in the program's first call nor in its first deferral
   const int64_t period_ms = std::clamp<int64_t>(idle_ms_ / 4, 10, 1000);
   int64_t next_collect_ms = MonotonicMs() + period_ms;
+  // The pool's filter tables are faulted in here, not by the program's first
+  // deferrals; 10 ms after the start, not beside the program's first call
+  // (which set lazypin up and is still registering).
+  const int64_t prefault_ms = MonotonicMs() + 10;
+  bool prefaulted = false;
   while (!stopping_.load(std::memory_order_acquire)) {
+    if (!prefaulted && MonotonicMs() >= prefault_ms) {
+      pool_->Prefault();
+      prefaulted = true;
+    }
     const uint32_t seq = wake_seq_.load(std::memory_order_acquire);
     const uint64_t seen_handed = handed_.load(std::memory_order_acquire);
     if (PostponedForCapture(MonotonicMs())) {
@@ -160,6 +168,7 @@ void Collector::Run() {
       }
       wait_ms = std::max<int64_t>(next_collect_ms - now_ms, 1);
     }
+    if (!prefaulted) wait_ms = std::min<int64_t>(wait_ms, 10);
     if (handed_.load(std::memory_order_acquire) != seen_handed) continue;  // more came meanwhile
     struct timespec timeout = {wait_ms / 1000, (wait_ms % 1000) * 1000000};
     syscall(SYS_futex, &wake_seq_, FUTEX_WAIT_PRIVATE, seq, &timeout, nullptr, 0);

@@ -333,7 +333,6 @@ void Log::RunWriter(Preamble preamble) {
   while (ring_.pushed() == 0 && !stop_writer_.load(std::memory_order_acquire)) {
     FutexWait(&wake_, wake_.load(std::memory_order_acquire), 1000000);
   }
-  ring_.Prefault();  // the rest of the ring's first lap takes no page fault in a caller
   if (file_state_.load(std::memory_order_acquire) == kCreating) {
     CreatedLogFile file = CreateLogFile(path_);
     if (!file.message.empty()) fprintf(stderr, "%s\n", file.message.c_str());
@@ -350,10 +349,13 @@ void Log::RunWriter(Preamble preamble) {
       file_state_.store(kWriting, std::memory_order_release);
     }
   }
-  for (;;) {
+  for (int round = 0;; ++round) {
     const uint32_t seen = wake_.load(std::memory_order_acquire);
     wake_pending_.store(false, std::memory_order_relaxed);
     Drain();
+    // From the second round (10 ms on), the rest of the ring's first lap
+    // takes no page fault in a caller.
+    if (round == 1) ring_.Prefault();
     if (stop_writer_.load(std::memory_order_acquire)) break;
     FutexWait(&wake_, seen, 10000000);
   }
