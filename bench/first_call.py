@@ -45,6 +45,8 @@ def main():
     p.add_argument("--lib", default=os.path.join(BUILD, "shim", "liblazypin.so"))
     p.add_argument("--sim", nargs="?", const=os.path.join(BUILD, "simcuda"), default=None,
                    help="the simulated stack's directory (default: build/simcuda)")
+    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                   help="a variable for the lazypin runs (e.g. LAZYPIN_STACKS=0); repeatable")
     p.add_argument("app", nargs=argparse.REMAINDER)
     opts = p.parse_args()
     argv = opts.app or [os.path.join(BUILD, "testapps", "seed_shared")]
@@ -57,7 +59,8 @@ def main():
         envs = {"bare": base}
         for mode in ("log", "defer"):
             envs[mode] = dict(base, LD_PRELOAD=os.path.abspath(opts.lib), LAZYPIN_MODE=mode,
-                              LAZYPIN_SUMMARY="0", LAZYPIN_LOG=os.path.join(tmp, "lp-%p.jsonl"))
+                              LAZYPIN_SUMMARY="0", LAZYPIN_LOG=os.path.join(tmp, "lp-%p.jsonl"),
+                              **dict(kv.split("=", 1) for kv in opts.env))
         times = {name: [] for name in envs}
         for _ in range(opts.runs):
             for name, env in envs.items():
@@ -65,8 +68,8 @@ def main():
             for f in os.listdir(tmp):
                 os.unlink(os.path.join(tmp, f))
     bare = statistics.median(times["bare"])
-    print("first register of %s, %d runs each, interleaved (us: p25 / median / p75):"
-          % (os.path.basename(argv[0]), opts.runs))
+    print("first register of %s, %d runs each, interleaved (us: p25 / median / p75)%s:"
+          % (os.path.basename(argv[0]), opts.runs, " with " + " ".join(opts.env) if opts.env else ""))
     for name, xs in times.items():
         lo, mid, hi = quartiles(xs)
         extra = "" if name == "bare" else ", lazypin adds %.1f us" % ((mid - bare) / 1e3)
