@@ -59,7 +59,49 @@ std::string ExecutablePath() {
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
 }
 
+// PrepareEarly's scan, for the first CallSites.
+struct EarlyScan {
+  std::mutex mu;
+  bool done = false;
+  std::vector<std::pair<uintptr_t, uintptr_t>> objects;
+  std::string list;  // the `objects` record's list
+};
+EarlyScan& Early() {
+  static EarlyScan* scan = new EarlyScan;  // never destroyed
+  return *scan;
+}
+
+// One loaded object as the `objects` record lists it.
+void AppendObject(std::string* list, const dl_phdr_info* info, uintptr_t hi) {
+  const char* name = info->dlpi_name != nullptr ? info->dlpi_name : "";
+  const std::string path = *name != '\0' ? std::string(name) : ExecutablePath();
+  fmt::format_to(std::back_inserter(*list), R"({}{{"path":{},"base":"{:#x}","size":{}}})",
+                 list->empty() ? "" : ",", JsonString(path), info->dlpi_addr, hi - info->dlpi_addr);
+}
+
 }  // namespace
+
+void CallSites::PrepareEarly() {
+  EarlyScan& early = Early();
+  std::lock_guard<std::mutex> lock(early.mu);
+  if (early.done) return;
+  early.done = true;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* arg) {
+        auto* e = static_cast<EarlyScan*>(arg);
+        const auto [lo, hi] = Segments(info);
+        if (hi == 0) return 0;
+        for (const auto& o : e->objects) {
+          if (lo >= o.first && lo < o.second) return 0;
+        }
+        e->objects.push_back({lo, hi});
+        AppendObject(&e->list, info, hi);
+        return 0;
+      },
+      &early);
+  uintptr_t frames[kMaxFrames];
+  CaptureFrames(frames, kMaxFrames, 0, 0);  // the unwinder's first use, here
+}
 
 size_t CaptureFrames(uintptr_t* frames, size_t capacity, uintptr_t skip_lo, uintptr_t skip_hi) {
   if (capacity == 0) return 0;
@@ -118,6 +160,10 @@ int CallSites::Intern(const uintptr_t* frames, size_t count, Emit emit) {
       slot.count = static_cast<uint32_t>(count);
       std::copy(frames, frames + count, slot.frames);
       slot.id = static_cast<int>(++used_);
+      if (!early_line_.empty()) {  // the early scan's objects, before the first stack
+        emit(early_line_);
+        std::string().swap(early_line_);
+      }
       bool all_known = true;
       for (size_t i = 0; i < count && all_known; ++i) all_known = Known(frames[i]);
       if (!all_known) {
@@ -157,11 +203,7 @@ std::string CallSites::NewObjectsLine() {
         const auto [lo, hi] = Segments(info);
         if (hi == 0 || s->self->Known(lo)) return 0;
         s->self->objects_.push_back({lo, hi});
-        const char* name = info->dlpi_name != nullptr ? info->dlpi_name : "";
-        const std::string path = *name != '\0' ? std::string(name) : ExecutablePath();
-        fmt::format_to(std::back_inserter(s->list), R"({}{{"path":{},"base":"{:#x}","size":{}}})",
-                       s->list.empty() ? "" : ",", JsonString(path), info->dlpi_addr,
-                       hi - info->dlpi_addr);
+        AppendObject(&s->list, info, hi);
         return 0;
       },
       &scan);

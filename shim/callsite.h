@@ -46,6 +46,14 @@ class CallSites {
   using Emit = absl::FunctionRef<void(std::string_view line)>;
   int Capture(Emit emit);
 
+  // Before any CallSites exists, from a path that precedes the program's
+  // first registration (cudart's set-up): scans the objects loaded now and
+  // unwinds the calling thread once, so that the first Capture (inside the
+  // program's first call) finds them scanned and the unwinder warm. The
+  // first CallSites adopts the scan: its `objects` record is emitted before
+  // its first stack. Thread-safe; once.
+  static void PrepareEarly();
+
   // The same with frames the caller took (tests).
   int Intern(const uintptr_t* frames, size_t count, Emit emit);
 
@@ -78,6 +86,8 @@ class CallSites {
   bool slots_tried_ ABSL_GUARDED_BY(mu_) = false;
   size_t used_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Object> objects_ ABSL_GUARDED_BY(mu_);
+  bool adopted_ ABSL_GUARDED_BY(mu_) = false;  // PrepareEarly's scan taken over
+  std::string early_line_ ABSL_GUARDED_BY(mu_);  // its `objects` record, until emitted
 };
 
 }  // namespace lazypin

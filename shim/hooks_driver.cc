@@ -16,6 +16,7 @@
 // Every versioned name (cuMemHostRegister and cuMemHostRegister_v2 alike)
 // must stay itself here, not be renamed by cuda.h's #defines.
 #define __CUDA_API_VERSION_INTERNAL 1
+#include "callsite.h"
 #include "capture.h"
 #include "cuda.h"
 #include "dispatch.h"
@@ -465,6 +466,10 @@ void PrepareThreadsEarly() {
   const char* mode = getenv("LAZYPIN_MODE");
   if (mode != nullptr && strcmp(mode, "off") == 0) return;
   PrepareSpareThreads(mode != nullptr && strcmp(mode, "defer") == 0 ? 3 : 1);
+  // The call sites' scan of the loaded objects and the unwinder's first use,
+  // here too (callsite.h), unless stacks are off.
+  const char* stacks = getenv("LAZYPIN_STACKS");
+  if (stacks == nullptr || strcmp(stacks, "0") != 0) CallSites::PrepareEarly();
 }
 
 void* DlsymHooked(void* handle, const char* symbol, const HookEntry& entry) {
