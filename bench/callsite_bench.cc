@@ -1,7 +1,8 @@
 // callsite_bench: what a native stack costs per record (LAZYPIN_STACKS=1
 // takes one on every driver call): CallSites::Capture of a stack already
 // interned, `depth` frames below the benchmark's own, against glibc's
-// backtrace() for the same stack.
+// backtrace() for the same stack; and what an NVTX range with its marker
+// costs per call when no tool is attached (nvtx.h).
 //   build/bench/callsite_bench
 #include <execinfo.h>
 
@@ -9,6 +10,7 @@
 
 #include "benchmark/benchmark.h"
 #include "callsite.h"
+#include "nvtx.h"
 
 namespace {
 
@@ -27,6 +29,14 @@ void BM_CaptureInterned(benchmark::State& state) {
 }
 BENCHMARK(BM_CaptureInterned)->Arg(0)->Arg(4)->Arg(8)->Arg(16);
 
+// LAZYPIN_STACKS=1's common case: a call shape already seen (no unwinding).
+void BM_CaptureOnceSeenShape(benchmark::State& state) {
+  lazypin::CallSites sites(nullptr);
+  sites.CaptureOnce(7, [](std::string_view) {});
+  for (auto _ : state) benchmark::DoNotOptimize(sites.CaptureOnce(7, [](std::string_view) {}));
+}
+BENCHMARK(BM_CaptureOnceSeenShape);
+
 void BM_GlibcBacktrace(benchmark::State& state) {
   auto capture = [] {
     void* frames[lazypin::CallSites::kMaxFrames];
@@ -35,5 +45,13 @@ void BM_GlibcBacktrace(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(Deep(static_cast<int>(state.range(0)), capture));
 }
 BENCHMARK(BM_GlibcBacktrace)->Arg(0)->Arg(4)->Arg(8)->Arg(16);
+
+void BM_NvtxRangeAndMarkerNoTool(benchmark::State& state) {
+  for (auto _ : state) {
+    lazypin::nvtx::CallBegins(lazypin::Api::kCudaHostRegister);
+    lazypin::nvtx::CallEnds(lazypin::Action::kHit, lazypin::PassReason::kNone);
+  }
+}
+BENCHMARK(BM_NvtxRangeAndMarkerNoTool);
 
 }  // namespace

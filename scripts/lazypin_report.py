@@ -411,6 +411,7 @@ class Log:
         self.errors = {}            # (code, api) -> count
         self.objects = []           # (base, size, path) of loaded objects
         self.stacks = {}            # stack id -> [frame addresses]
+        self.python_lines = {}      # stack id -> "file.py:12 in f" (the Python line that called)
         self.last_t = None
         self.pool_bytes = None
         self.mode = None
@@ -597,6 +598,8 @@ class Log:
             frames = rec.get("frames")
             if sid is not None and isinstance(frames, list):
                 self.stacks[sid] = [p for p in (ptr_int(x) for x in frames) if p is not None]
+                if isinstance(rec.get("python"), str) and rec["python"]:
+                    self.python_lines[sid] = rec["python"]
         # other types: ignored (newer writers may add some)
 
     # ---- the whole file
@@ -1166,7 +1169,9 @@ def call_sites(logs, prices, depth=4):
             named = [(f, frame_name(f)) for f in per[stack]]
             while named and is_cuda_frame(*named[0]):
                 named.pop(0)
-            return tuple(n for _, n in named[:depth]) or ("(lazypin and CUDA frames only)",)
+            python = log.python_lines.get(stack)
+            return ((("python " + python,) if python else ())
+                    + tuple(n for _, n in named[:depth])) or ("(lazypin and CUDA frames only)",)
 
         for key, g in log.groups.items():
             s = site(key[7])

@@ -11,6 +11,7 @@
 
 #include "fmt/format.h"
 #include "json.h"
+#include "pyframe.h"
 
 namespace lazypin {
 namespace {
@@ -137,13 +138,36 @@ int CallSites::Capture(Emit emit) {
   }
   uintptr_t frames[kMaxFrames];
   const size_t count = CaptureFrames(frames, kMaxFrames, own.first, own.second);
-  return Intern(frames, count, emit);
+  return Intern(frames, count, PythonFrame(), emit);
 }
 
-int CallSites::Intern(const uintptr_t* frames, size_t count, Emit emit) {
+int CallSites::CaptureOnce(uint64_t key, Emit emit) {
+  if (key != 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!keys_tried_) {
+      keys_tried_ = true;
+      void* p = mmap(nullptr, sizeof(KeySlot) * kKeys, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p != MAP_FAILED) keys_ = static_cast<KeySlot*>(p);
+    }
+    if (keys_ != nullptr) {  // else every call captures (below, without the lock)
+      const KeySlot& slot = keys_[(key * 0x9e3779b97f4a7c15u) >> 52];
+      if (slot.key == key && slot.id != 0) return slot.id;
+    }
+  }
+  const int id = Capture(emit);
+  if (key != 0 && id != 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (keys_ != nullptr) keys_[(key * 0x9e3779b97f4a7c15u) >> 52] = KeySlot{key, id};
+  }
+  return id;
+}
+
+int CallSites::Intern(const uintptr_t* frames, size_t count, std::string_view python, Emit emit) {
   if (count == 0) return 0;
   count = std::min(count, kMaxFrames);
-  const uint64_t hash = HashFrames(frames, count);
+  uint64_t hash = HashFrames(frames, count);
+  for (char c : python) hash = (hash ^ static_cast<unsigned char>(c)) * 0x100000001b3u;
   std::lock_guard<std::mutex> lock(mu_);
   if (!slots_tried_) {
     slots_tried_ = true;
@@ -164,6 +188,7 @@ int CallSites::Intern(const uintptr_t* frames, size_t count, Emit emit) {
         emit(early_line_);
         std::string().swap(early_line_);
       }
+      slot.python = python.empty() ? nullptr : new std::string(python);
       bool all_known = true;
       for (size_t i = 0; i < count && all_known; ++i) all_known = Known(frames[i]);
       if (!all_known) {
@@ -174,11 +199,15 @@ int CallSites::Intern(const uintptr_t* frames, size_t count, Emit emit) {
       for (size_t i = 0; i < count; ++i) {
         fmt::format_to(std::back_inserter(line), R"({}"{:#x}")", i == 0 ? "" : ",", frames[i]);
       }
-      line += "]}";
+      line += "]";
+      if (!python.empty()) line += R"(,"python":)" + JsonString(python);
+      line += "}";
       emit(line);
       return slot.id;
     }
-    if (slot.hash == hash && slot.count == count && std::equal(frames, frames + count, slot.frames)) {
+    if (slot.hash == hash && slot.count == count &&
+        (slot.python != nullptr ? std::string_view(*slot.python) : std::string_view()) == python &&
+        std::equal(frames, frames + count, slot.frames)) {
       return slot.id;
     }
   }

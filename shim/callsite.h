@@ -4,7 +4,9 @@
 // and interned: each unique stack gets an id, and its frames and any object
 // not yet named are written once to the log, before the first record that
 // names the id (docs/log-format.md, "objects and stack"). Symbols are the
-// report's business: the shim writes addresses only.
+// report's business: the shim writes addresses only. In a Python program the
+// innermost Python line, where it may be read (pyframe.h), is part of the
+// stack: the same native frames from two Python lines are two stacks.
 //
 // Thread-safe; the table is taken with a mutex, which is fine on the paths
 // that use it (driver calls of hundreds of microseconds). Not for signal handlers.
@@ -54,8 +56,14 @@ class CallSites {
   // its first stack. Thread-safe; once.
   static void PrepareEarly();
 
-  // The same with frames the caller took (tests).
-  int Intern(const uintptr_t* frames, size_t count, Emit emit);
+  // Capture() once per `key` (a call's API, address and size): a later call
+  // with the same key gets the id its first one got, without unwinding
+  // (about 100-250 ns a frame). A key's slot taken by another key captures
+  // again. `key` 0: always captures.
+  int CaptureOnce(uint64_t key, Emit emit);
+
+  // The same with frames (and a Python line, "" for none) the caller took.
+  int Intern(const uintptr_t* frames, size_t count, std::string_view python, Emit emit);
 
   // The address range of the object that holds `address` (lazypin's own,
   // for the constructor); {0, 0} when none.
@@ -69,14 +77,25 @@ class CallSites {
     uint64_t hash;
     uint32_t count;  // 0: empty
     int id;
+    const std::string* python;  // null: none (never freed: at most kSlots)
     uintptr_t frames[kMaxFrames];
   };
   bool Known(uintptr_t pc) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Scans the loaded objects; returns the `objects` line for those not yet written ("" if none).
   std::string NewObjectsLine() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  static constexpr size_t kKeys = 4096;
+  struct KeySlot {
+    uint64_t key = 0;
+    int id = 0;
+  };
+
   const void* const own_code_;
   std::mutex mu_;
+  // kKeys, a zeroed anonymous mapping made on first use (as slots_); null:
+  // the mapping failed, every call captures.
+  KeySlot* keys_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool keys_tried_ ABSL_GUARDED_BY(mu_) = false;
   bool own_known_ ABSL_GUARDED_BY(mu_) = false;
   std::pair<uintptr_t, uintptr_t> own_ ABSL_GUARDED_BY(mu_) = {0, 0};
   // kSlots, a zeroed anonymous mapping made on first use and touched only as

@@ -175,7 +175,9 @@ class Shim final : public DispatchEnv, public PoolObserver {
   int64_t start_unix_ns_ = 0;
   std::unique_ptr<Log> log_;
   // The stack of a record: 0 (none) unless LAZYPIN_STACKS asks for it here.
-  int StackOf(Action action);
+  // `what`, `ptr` and `bytes` name the call's shape: with LAZYPIN_STACKS=1
+  // each shape is unwound once (CallSites::CaptureOnce).
+  int StackOf(Action action, uint64_t what, uintptr_t ptr, size_t bytes);
   std::unique_ptr<CallSites> sites_;  // with a log and LAZYPIN_STACKS on
   Stats stats_;
   std::unique_ptr<MemWatch> watch_;
@@ -361,13 +363,14 @@ void Shim::InstallExitHandlerOnce() {
   atexit(ExitHandler);
 }
 
-int Shim::StackOf(Action action) {
+int Shim::StackOf(Action action, uint64_t what, uintptr_t ptr, size_t bytes) {
   // Hits and deferrals cost about a microsecond; a stack costs more.
   if (!sites_ || t_state.own_thread) return 0;
-  if (config_.stacks != StackMode::kAll && (action == Action::kHit || action == Action::kDeferred)) {
-    return 0;
-  }
-  return sites_->Capture([this](std::string_view line) { log_->Write(line); });
+  if (config_.stacks == StackMode::kAll) return sites_->CaptureOnce(0, [this](std::string_view line) { log_->Write(line); });
+  if (action == Action::kHit || action == Action::kDeferred) return 0;
+  // One stack per call shape (what, address, size): a loop over one buffer unwinds once.
+  const uint64_t key = (what * 0x9e3779b97f4a7c15u) ^ (ptr * 0xff51afd7ed558ccdu) ^ bytes;
+  return sites_->CaptureOnce(key | 1, [this](std::string_view line) { log_->Write(line); });
 }
 
 // The per-call path: 72 bytes into the log's ring; the writer thread counts
@@ -375,7 +378,8 @@ int Shim::StackOf(Action action) {
 void Shim::Record(const CallRecord& record) {
   nvtx::CallEnds(record.action, record.reason);
   // A new stack's lines go into the ring first, from this thread: before the record naming it.
-  const int stack = StackOf(record.action);
+  const int stack = StackOf(record.action, static_cast<uint64_t>(record.call.api) << 8 | record.call.flags,
+                            reinterpret_cast<uintptr_t>(record.call.ptr), record.call.bytes);
   LogEntry entry;
   entry.kind = LogEntry::Kind::kCall;
   entry.api = static_cast<uint8_t>(record.call.api);
@@ -398,7 +402,7 @@ void Shim::Record(const CallRecord& record) {
 void Shim::OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result, int64_t latency_ns,
                    const ReleaseWait& wait) {
   nvtx::Evicted(reason, wait.forced);
-  const int stack = StackOf(Action::kForward);
+  const int stack = StackOf(Action::kForward, uint64_t{0xe0000} | static_cast<uint64_t>(reason), ptr, bytes);
   LogEntry entry;
   entry.kind = LogEntry::Kind::kEvict;
   entry.reason = static_cast<uint8_t>(reason);

@@ -95,6 +95,45 @@ class CallSiteTest(AppTestCase):
         self.assertNotIn("lazypin::", names)
 
 
+PY_CLIENT = """\
+import ctypes, sys
+# PyDLL keeps the GIL held during the call (as CuPy's Cython does); CDLL releases it.
+lib = (ctypes.PyDLL if sys.argv[1] == "held" else ctypes.CDLL)("libcudart.so.13")
+buf = ctypes.create_string_buffer(1 << 16)
+def pin_it():
+    return lib.cudaHostRegister(buf, 1 << 16, 0)
+assert pin_it() == 0
+assert lib.cudaHostUnregister(buf) == 0
+print("OK")
+"""
+
+
+class PythonLineTest(AppTestCase):
+    def run_client(self, gil):
+        script = os.path.join(self.dir, "client.py")
+        with open(script, "w") as f:
+            f.write(PY_CLIENT)
+        run = self.run_app([sys.executable, script, gil])
+        self.assertEqual(run.rc, 0, run.err)
+        self.assertEqual(run.out, "OK\n")
+        return [r for r in run.records if r["type"] == "stack"], run
+
+    def test_the_python_line_is_named_while_the_gil_is_held(self):
+        stacks, run = self.run_client("held")
+        lines = {r.get("python") for r in stacks}
+        script = os.path.join(self.dir, "client.py")
+        self.assertIn("%s:6 in pin_it" % script, lines)       # the register
+        self.assertIn("%s:8 in <module>" % script, lines)     # the unregister
+        rep = subprocess.run([sys.executable, os.path.join(SRC, "scripts", "lazypin"), "report",
+                              run.log], capture_output=True, text=True, timeout=120)
+        self.assertIn("python %s:6 in pin_it" % script, rep.stdout)
+
+    def test_nothing_is_named_when_the_gil_is_released(self):
+        stacks, _ = self.run_client("released")
+        self.assertTrue(stacks)
+        self.assertFalse([r for r in stacks if "python" in r])
+
+
 class NvtxTest(AppTestCase):
     def timeline(self, argv, **extra):
         record = os.path.join(self.dir, "nvtx.txt")

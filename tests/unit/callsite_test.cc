@@ -55,6 +55,27 @@ TEST(CallSitesTest, OneIdPerStackWrittenOnceBeforeItsFirstUse) {
   EXPECT_THAT(out.lines[2], StartsWith(R"({"type":"stack","id":2,"frames":["0x)"));
 }
 
+__attribute__((noinline)) int OnceHere(CallSites& sites, Lines& out, uint64_t key) {
+  const int id = sites.CaptureOnce(key, out);
+  asm volatile("" ::: "memory");
+  return id;
+}
+__attribute__((noinline)) int OnceThere(CallSites& sites, Lines& out, uint64_t key) {
+  const int id = sites.CaptureOnce(key, out);
+  asm volatile("" ::: "memory");
+  return id;
+}
+
+TEST(CallSitesTest, OneCaptureForEachCallShape) {
+  CallSites sites(nullptr);
+  Lines out;
+  const int a = OnceHere(sites, out, 42);
+  EXPECT_EQ(OnceThere(sites, out, 42), a);  // same shape: not unwound again, so the first stack
+  const int b = OnceThere(sites, out, 43);
+  EXPECT_NE(b, a);
+  EXPECT_NE(OnceHere(sites, out, 0), OnceThere(sites, out, 0));  // 0: every call unwound
+}
+
 TEST(CallSitesTest, FramesAreReturnAddressesInnermostFirst) {
   uintptr_t frames[CallSites::kMaxFrames];
   const size_t n = CaptureFrames(frames, CallSites::kMaxFrames, 0, 0);
@@ -87,11 +108,29 @@ TEST(CallSitesTest, AtMostMaxFramesEach) {
   for (size_t i = 0; i < frames.size(); ++i) frames[i] = 0x1000 + i;
   CallSites sites(nullptr);
   Lines out;
-  ASSERT_EQ(sites.Intern(frames.data(), frames.size(), out), 1);
+  ASSERT_EQ(sites.Intern(frames.data(), frames.size(), "", out), 1);
   const std::string& stack = out.lines.back();
   size_t commas = 0;
   for (char c : stack) commas += c == ',';
   EXPECT_EQ(commas, 2 + CallSites::kMaxFrames - 1);  // two before "frames", then one between frames
+}
+
+TEST(CallSitesTest, APythonLineIsPartOfTheStack) {
+  CallSites sites(nullptr);
+  Lines out;
+  const uintptr_t frames[2] = {0x1000, 0x2000};
+  const int a = sites.Intern(frames, 2, "train.py:12 in step", out);
+  const int b = sites.Intern(frames, 2, "eval.py:3 in run", out);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(sites.Intern(frames, 2, "train.py:12 in step", out), a);
+  EXPECT_EQ(sites.Intern(frames, 2, "", out), 3);
+  std::vector<std::string> stacks;
+  for (const std::string& line : out.lines) {
+    if (line.find(R"("type":"stack")") != std::string::npos) stacks.push_back(line);
+  }
+  ASSERT_EQ(stacks.size(), 3u);
+  EXPECT_THAT(stacks[0], HasSubstr(R"(],"python":"train.py:12 in step"})"));
+  EXPECT_THAT(stacks[2], ::testing::Not(HasSubstr("python")));
 }
 
 TEST(CallSitesTest, AFullTableGivesNoIdAndKeepsTheOldOnes) {
@@ -101,17 +140,17 @@ TEST(CallSitesTest, AFullTableGivesNoIdAndKeepsTheOldOnes) {
   uintptr_t frame = 0x1000;
   for (size_t i = 0; i < CallSites::kSlots; ++i) {
     frame += 16;
-    const int id = sites.Intern(&frame, 1, out);
+    const int id = sites.Intern(&frame, 1, "", out);
     if (id == 0) break;
     last = id;
   }
   EXPECT_GE(static_cast<size_t>(last), CallSites::kSlots / 2);
   EXPECT_LT(static_cast<size_t>(last), CallSites::kSlots);
   frame += 16;
-  EXPECT_EQ(sites.Intern(&frame, 1, out), 0);
+  EXPECT_EQ(sites.Intern(&frame, 1, "", out), 0);
   uintptr_t first = 0x1010;
-  EXPECT_EQ(sites.Intern(&first, 1, out), 1);  // known stacks keep their ids
-  EXPECT_EQ(sites.Intern(&first, 0, out), 0);  // no frames: no stack
+  EXPECT_EQ(sites.Intern(&first, 1, "", out), 1);  // known stacks keep their ids
+  EXPECT_EQ(sites.Intern(&first, 0, "", out), 0);  // no frames: no stack
 }
 
 }  // namespace
