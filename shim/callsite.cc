@@ -176,6 +176,13 @@ int CallSites::Intern(const uintptr_t* frames, size_t count, std::string_view py
     if (p != MAP_FAILED) slots_ = static_cast<Slot*>(p);
   }
   if (slots_ == nullptr) return 0;
+  if (!adopted_) {  // PrepareEarly's scan: those objects are known, their record comes first
+    adopted_ = true;
+    EarlyScan& early = Early();
+    std::lock_guard<std::mutex> early_lock(early.mu);
+    for (const auto& [lo, hi] : early.objects) objects_.push_back({lo, hi});
+    if (!early.list.empty()) early_line_ = R"({"type":"objects","list":[)" + early.list + "]}";
+  }
   for (size_t probe = 0; probe < kSlots; ++probe) {
     Slot& slot = slots_[(hash + probe) & (kSlots - 1)];
     if (slot.count == 0) {
