@@ -466,6 +466,7 @@ void PrepareThreadsEarly() {
   const char* mode = getenv("LAZYPIN_MODE");
   if (mode != nullptr && strcmp(mode, "off") == 0) return;
   PrepareSpareThreads(mode != nullptr && strcmp(mode, "defer") == 0 ? 3 : 1);
+  PrepareSetUpEarly();
   // The call sites' scan of the loaded objects and the unwinder's first use,
   // here too (callsite.h), unless stacks are off.
   const char* stacks = getenv("LAZYPIN_STACKS");

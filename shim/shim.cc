@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -74,6 +75,18 @@ std::string ReadSmallFile(const char* path) {
 }
 
 void Publish(const ShimState* state) { __atomic_store_n(&g_state, state, __ATOMIC_RELEASE); }
+
+// Deferring set-up done before the program's first registration
+// (PrepareSetUpEarly), for Init to take in the same process.
+struct EarlySetUp {
+  pid_t pid = 0;
+  bool self_test_ok = false;
+  std::string self_test_failed;
+  bool watch_tried = false;          // MemWatch::Open was called (else Init calls it)
+  MemWatch* watch = nullptr;         // its result, until Init takes it
+  std::string watch_reason;
+};
+EarlySetUp* g_early = nullptr;  // published once (release), never freed
 
 
 class Shim;
@@ -166,7 +179,8 @@ class Shim final : public DispatchEnv, public PoolObserver {
   // statistics, then formats it.
   void FormatEntry(const LogEntry& entry, std::string* line);
   // Opens the kernel watch as LAZYPIN_WATCH asks; false when it is required and cannot be had.
-  bool OpenWatch();
+  // `early`: what PrepareSetUpEarly did in this process, or null.
+  bool OpenWatch(EarlySetUp* early);
   void InstallExitHandlerOnce();
   void MarkProcess();
 
@@ -248,10 +262,17 @@ void Shim::Init() {
 
   effective_ = config_.mode;
   if (effective_ == Mode::kDefer) {
+    // Done already when cudart set itself up (PrepareSetUpEarly), in this
+    // process (not a fork's parent).
+    EarlySetUp* early = __atomic_load_n(&g_early, __ATOMIC_ACQUIRE);
+    if (early != nullptr && early->pid != getpid()) early = nullptr;
     std::string failed;
-    if (!MemoryHooksSelfTest(&failed)) {
+    const bool self_test_ok =
+        early != nullptr ? (failed = early->self_test_failed, early->self_test_ok)
+                         : MemoryHooksSelfTest(&failed);
+    if (!self_test_ok) {
       why_ = fmt::format("the memory hooks' self-test failed ({})", failed);
-    } else if (!OpenWatch()) {
+    } else if (!OpenWatch(early)) {
       why_ = fmt::format("LAZYPIN_WATCH=kernel and the kernel watch is not available ({})",
                          watch_reason_);
     }
@@ -320,12 +341,18 @@ void Shim::Init() {
   }
 }
 
-bool Shim::OpenWatch() {
+bool Shim::OpenWatch(EarlySetUp* early) {
   if (config_.watch == WatchMode::kHooks) {
     watch_reason_ = "LAZYPIN_WATCH=hooks";
     return true;
   }
-  watch_ = MemWatch::Open(&watch_reason_);
+  if (early != nullptr && early->watch_tried) {
+    watch_.reset(early->watch);
+    early->watch = nullptr;
+    watch_reason_ = early->watch_reason;
+  } else {
+    watch_ = MemWatch::Open(&watch_reason_);
+  }
   return watch_ != nullptr || config_.watch == WatchMode::kAuto;
 }
 
@@ -581,6 +608,23 @@ const ShimState* StateInThisProcess() {
   const ShimState* state = PublishedState();
   if (state != nullptr && state->dispatch != nullptr && LeftSetUpProcess()) state = PublishedState();
   return state;
+}
+
+void PrepareSetUpEarly() {
+  static std::atomic<bool> done{false};
+  if (done.exchange(true) || PublishedState() != nullptr) return;
+  const char* mode = getenv("LAZYPIN_MODE");
+  if (mode == nullptr || strcmp(mode, "defer") != 0) return;
+  ScopedInsideLazypin inside;
+  auto* early = new EarlySetUp;  // never freed
+  early->pid = getpid();
+  early->self_test_ok = MemoryHooksSelfTest(&early->self_test_failed);
+  const char* watch = getenv("LAZYPIN_WATCH");
+  if (early->self_test_ok && (watch == nullptr || strcmp(watch, "hooks") != 0)) {
+    early->watch = MemWatch::Open(&early->watch_reason).release();
+    early->watch_tried = true;
+  }
+  __atomic_store_n(&g_early, early, __ATOMIC_RELEASE);
 }
 
 const ShimState* ActiveState() {
