@@ -64,6 +64,17 @@ class ReportError(Exception):
 # --------------------------------------------------------------------------
 # small helpers
 
+# Pinned host allocations and frees (the shim's host-allocation cache): their
+# actions (hit, miss, deferred = kept, forward) are the cache's, not the pool's,
+# so they are kept apart as host_hit, host_miss, host_deferred, host_forward.
+HOST_APIS = frozenset(("cudaHostAlloc", "cudaMallocHost", "cudaFreeHost", "cuMemHostAlloc",
+                       "cuMemAllocHost", "cuMemAllocHost_v2", "cuMemFreeHost"))
+
+
+def host_action(api, action):
+    return "host_" + action if api in HOST_APIS and not action.startswith("host_") else action
+
+
 def is_register(api):
     return "Register" in api and "Unregister" not in api
 
@@ -409,6 +420,7 @@ class Log:
         self.groups = {}            # call group key -> Agg (see call_key)
         self.egroups = {}           # (reason, error, forced, stack) -> Agg
         self.errors = {}            # (code, api) -> count
+        self.host_releases = {}     # reason -> host_release records (the host-allocation cache)
         self.objects = []           # (base, size, path) of loaded objects
         self.stacks = {}            # stack id -> [frame addresses]
         self.python_lines = {}      # stack id -> "file.py:12 in f" (the Python line that called)
@@ -462,6 +474,7 @@ class Log:
         self.mode = rec.get("mode") or cfg.get("mode")
 
     def on_call(self, t, tid, ptr, api, nbytes, result, lat, action, evicted, reason, stack):
+        action = host_action(api, action)
         self.calls += 1
         self.last_t = t
         reg = "Register" in api and "Unregister" not in api
@@ -578,6 +591,9 @@ class Log:
                           as_int(rec.get("result")), max(0, as_int(rec.get("latency_ns"))),
                           max(0, as_int(rec.get("waited_ns"))), rec.get("forced") is True,
                           as_int(rec["stack"], None) if "stack" in rec else None)
+        elif kind == "host_release":
+            r = str(rec.get("reason", "?"))
+            self.host_releases[r] = self.host_releases.get(r, 0) + 1
         elif kind == "header":
             self.on_header(rec, lineno)
         elif kind == "warning":
@@ -689,7 +705,7 @@ class Log:
                     t, tid, api, p, nb, res, lat, act, ev, rsn, st = m.groups()
                     lat = int(lat)
                     ptr = int(p, 16) if p[:2] == b"0x" else ptr_int(p.decode())
-                    action = act.decode()
+                    action = host_action(api.decode(), act.decode())
                     on_call(int(t), int(tid), ptr, api.decode(), int(nb), int(res), lat, action,
                             int(ev), rsn.decode() if rsn is not None else None,
                             int(st) if st is not None else None)
@@ -1440,6 +1456,22 @@ def analyze(logs, top=10, prices=None):
         "saved_ns_summary": saved_summary,
         "saving": dict(sv, method=saving_method(sv, prices)),
     }
+    host_releases = {}
+    for log in logs:
+        for r, n in log.host_releases.items():
+            host_releases[r] = host_releases.get(r, 0) + n
+    hsum = [s.get("host_alloc") for s in summaries if isinstance(s.get("host_alloc"), dict)]
+    host = {
+        "active": bool(actions.get("host_hit") or actions.get("host_miss")
+                       or actions.get("host_deferred") or host_releases),
+        "hits": actions.get("host_hit", 0),
+        "misses": actions.get("host_miss", 0),
+        "kept": actions.get("host_deferred", 0),
+        "forwarded": actions.get("host_forward", 0),
+        "releases": host_releases,
+        "peak_bytes": sum(h.get("peak_bytes", 0) for h in hsum) if hsum else None,
+        "zero_ns": sum(h.get("zero_ns", 0) for h in hsum) if hsum else None,
+    }
     # in-call evictions: the calls' "evicted" counts (groups hold only whether > 0)
     pool["evicted_in_calls"] = sum(log.f.get("in_call", 0) for log in logs)
 
@@ -1497,6 +1529,7 @@ def analyze(logs, top=10, prices=None):
         "apis": apis,
         "size_classes": size_classes,
         "pool": pool,
+        "host_alloc": host,
         "advice": advise(logs, procs, pool),
         "call_sites": call_sites(logs, prices),
         "slowest": slowest,
@@ -1803,6 +1836,20 @@ def render_text(doc, top=10):
         else:
             L.append("  evictions outside program calls: none")
 
+    host = doc.get("host_alloc") or {}
+    if host.get("active"):
+        L.append("")
+        L.append("== host allocations (cudaHostAlloc/cudaMallocHost/cuMemHostAlloc/cuMemAllocHost)")
+        allocs = host["hits"] + host["misses"]
+        L.append("  hits %d  misses %d  hit rate %s  frees kept %d  forwarded %d"
+                 % (host["hits"], host["misses"], fmt_pct(host["hits"] / allocs if allocs else None),
+                    host["kept"], host["forwarded"]))
+        if host["releases"]:
+            L.append("  released by lazypin: %s" % ", ".join(
+                "%s %d" % kv for kv in sorted(host["releases"].items())))
+        if host.get("peak_bytes") is not None:
+            L.append("  peak cached %s; zeroing served blocks took %s"
+                     % (fmt_bytes(host["peak_bytes"]), fmt_ns(host["zero_ns"] or 0)))
     render_advice(doc, L)
     render_sites(doc, L, min(top, 5) if top else 0)
 

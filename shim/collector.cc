@@ -11,6 +11,7 @@
 #include <climits>
 
 #include "capture.h"
+#include "host_alloc_cache.h"
 #include "pool.h"
 #include "thread_state.h"
 
@@ -33,8 +34,9 @@ Collector::Slot* Collector::ZeroedSlots() {
 }
 
 Collector::Collector(Pool* pool, int64_t idle_ms, FreeFn real_free, FreeBounds bounds,
-                     const CaptureTracker* captures)
+                     const CaptureTracker* captures, HostAllocCache* host_cache)
     : pool_(pool),
+      host_cache_(host_cache),
       idle_ms_(idle_ms),
       real_free_(real_free),
       bounds_(bounds),
@@ -164,6 +166,7 @@ void Collector::Run() {
       const int64_t now_ms = MonotonicMs();
       if (now_ms >= next_collect_ms) {
         pool_->CollectIdle(idle_ms_ * 1000000);
+        if (host_cache_ != nullptr) host_cache_->CollectIdle(idle_ms_ * 1000000);
         next_collect_ms = now_ms + period_ms;
       }
       wait_ms = std::max<int64_t>(next_collect_ms - now_ms, 1);

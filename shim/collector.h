@@ -24,6 +24,7 @@
 namespace lazypin {
 
 class Pool;
+class HostAllocCache;
 
 // What the program freed must not pile up (a program that frees 40 GiB and
 // allocates 40 GiB again would need both): past `max_pending_bytes` handed
@@ -44,9 +45,10 @@ class Collector {
   using FreeFn = void (*)(void*);
   // Starts the thread (all signals blocked in it). `real_free` frees a block
   // without lazypin's hook; `idle_ms` 0 turns idle release off; `captures`
-  // null: releases never wait for captures.
+  // null: releases never wait for captures. `host_cache` (may be null): its
+  // blocks cached for `idle_ms` are freed too.
   Collector(Pool* pool, int64_t idle_ms, FreeFn real_free, FreeBounds bounds = {},
-            const CaptureTracker* captures = nullptr);
+            const CaptureTracker* captures = nullptr, HostAllocCache* host_cache = nullptr);
   Collector(const Collector&) = delete;
   Collector& operator=(const Collector&) = delete;
 
@@ -93,6 +95,7 @@ class Collector {
   void Wake();
 
   Pool* const pool_;
+  HostAllocCache* const host_cache_;
   const int64_t idle_ms_;
   const FreeFn real_free_;
   const FreeBounds bounds_;

@@ -42,6 +42,8 @@ struct Config {
   bool defer_shared = false;      // defer shared and file-backed pages too
   bool unregister_wait = false;   // a deferred unregister waits for the work in flight first
   StackMode stacks = StackMode::kOff;
+  int prefault_threads = 0;       // threads that fault a large miss's pages in first
+  uint64_t host_alloc_bytes = 0;  // bound on freed pinned host blocks kept for reuse; 0: none
 };
 
 // One row per LAZYPIN_* variable of the shim: the one place that names it,

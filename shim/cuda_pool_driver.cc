@@ -13,9 +13,11 @@
 
 #include "capture.h"
 #include "cuda.h"
+#include "host_alloc_cache.h"
 #include "mem_watch.h"
 #include "page_class.h"
 #include "pfn.h"
+#include "prefault.h"
 #include "real.h"
 #include "thread_state.h"
 
@@ -112,9 +114,64 @@ class ContextIdleWaiter {
   std::atomic<int64_t> busy_since_{0};  // when the synchronize in progress began; 0: none
 };
 
+// The context's waiter, started on first use; null past kMaxContexts.
+ContextIdleWaiter* WaiterFor(Context ctx) {
+  static constexpr int kMaxContexts = 16;
+  static std::mutex mu;
+  static ContextIdleWaiter* waiters[kMaxContexts] = {};  // never destroyed: their threads live on
+  static int count = 0;
+  std::lock_guard<std::mutex> lock(mu);
+  for (int i = 0; i < count; ++i) {
+    if (waiters[i]->ctx() == ctx) return waiters[i];
+  }
+  if (count == kMaxContexts) return nullptr;
+  waiters[count] = new ContextIdleWaiter(ctx);
+  return waiters[count++];
+}
+
+real::Lazy<CUresult (*)(CUstreamCaptureMode*)> g_capture_mode;
+
+// One of lazypin's own releases (`release`: an unregister or a host free) of
+// something made in `ctx`: waits for the GPU first, then releases with `ctx`
+// current and outside any capture.
+int ReleaseInContext(Context ctx, ReleaseWait* wait, absl::FunctionRef<int()> release) {
+  auto push = g_push.Get(&real::Driver, "cuCtxPushCurrent_v2");
+  auto pop = g_pop.Get(&real::Driver, "cuCtxPopCurrent_v2");
+  auto capture_mode = g_capture_mode.Get(&real::Driver, "cuThreadExchangeStreamCaptureMode");
+  // Wait for the GPU first, on this thread: the release's own wait for
+  // the device would otherwise stall every other thread's CUDA work
+  // (docs/design.md). Not while a capture is in progress in the context:
+  // a synchronize would invalidate it.
+  const int64_t t0 = MonotonicNs();
+  if (ctx != nullptr && Captures().InProgress(ctx)) {
+    wait->forced = true;
+  } else if (ctx != nullptr) {
+    ContextIdleWaiter* waiter = WaiterFor(ctx);
+    wait->forced = waiter == nullptr || !waiter->Wait(t0 + kReleaseWaitNs, kReleaseWaitNs);
+    wait->waited_ns = MonotonicNs() - t0;
+  }
+  // Not part of any stream capture the program has in progress: in the
+  // default (global) mode this thread's unregister would be refused (900)
+  // and invalidate another thread's capture (measured on the H200;
+  // testapps/capture.cu). Allocators (PyTorch's) do the same.
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  const bool relaxed = capture_mode != nullptr && capture_mode(&mode) == CUDA_SUCCESS;
+  // The registration belongs to `ctx`; whichever thread releases, make it current.
+  const bool pushed = ctx != nullptr && push != nullptr && pop != nullptr &&
+                      push(static_cast<CUcontext>(ctx)) == CUDA_SUCCESS;
+  const int result = release();
+  if (pushed) {
+    CUcontext popped;
+    pop(&popped);
+  }
+  if (relaxed) capture_mode(&mode);
+  return result;
+}
+
 class CudaPoolDriver final : public PoolDriver {
  public:
-  CudaPoolDriver(MemWatch* watch, bool defer_shared) : watch_(watch), defer_shared_(defer_shared) {}
+  CudaPoolDriver(MemWatch* watch, bool defer_shared, int prefault_threads)
+      : watch_(watch), defer_shared_(defer_shared), prefault_threads_(prefault_threads) {}
 
   PassReason Admit(uintptr_t lo, uintptr_t hi) override {
     if (!defer_shared_ && !Deferrable(ClassifyRange(lo, hi))) return PassReason::kShared;
@@ -124,44 +181,17 @@ class CudaPoolDriver final : public PoolDriver {
   void Release(uintptr_t lo, uintptr_t hi) override {
     if (watch_ != nullptr) watch_->Unwatch(lo, hi);
   }
+  void Prefault(uintptr_t lo, uintptr_t hi, unsigned flags) override {
+    if (ShouldPrefault(lo, hi, flags, prefault_threads_)) PrefaultRange(lo, hi, prefault_threads_);
+  }
   void DrainChanges(absl::FunctionRef<void(uintptr_t, uintptr_t)> changed) override {
     if (watch_ != nullptr) watch_->Drain(changed);
   }
 
   int Unregister(uintptr_t ptr, Context ctx, ReleaseWait* wait) override {
     auto unregister = unregister_.Get(&real::Driver, "cuMemHostUnregister");
-    auto push = g_push.Get(&real::Driver, "cuCtxPushCurrent_v2");
-    auto pop = g_pop.Get(&real::Driver, "cuCtxPopCurrent_v2");
-    auto capture_mode = capture_mode_.Get(&real::Driver, "cuThreadExchangeStreamCaptureMode");
     if (unregister == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-    // Wait for the GPU first, on this thread: the unregister's own wait for
-    // the device would otherwise stall every other thread's CUDA work
-    // (docs/design.md). Not while a capture is in progress in the context:
-    // a synchronize would invalidate it.
-    const int64_t t0 = MonotonicNs();
-    if (ctx != nullptr && Captures().InProgress(ctx)) {
-      wait->forced = true;
-    } else if (ctx != nullptr) {
-      ContextIdleWaiter* waiter = WaiterFor(ctx);
-      wait->forced = waiter == nullptr || !waiter->Wait(t0 + kReleaseWaitNs, kReleaseWaitNs);
-      wait->waited_ns = MonotonicNs() - t0;
-    }
-    // Not part of any stream capture the program has in progress: in the
-    // default (global) mode this thread's unregister would be refused (900)
-    // and invalidate another thread's capture (measured on the H200;
-    // testapps/capture.cu). Allocators (PyTorch's) do the same.
-    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-    const bool relaxed = capture_mode != nullptr && capture_mode(&mode) == CUDA_SUCCESS;
-    // The registration belongs to `ctx`; whichever thread evicts, make it current.
-    const bool pushed = ctx != nullptr && push != nullptr && pop != nullptr &&
-                        push(static_cast<CUcontext>(ctx)) == CUDA_SUCCESS;
-    const int result = unregister(reinterpret_cast<void*>(ptr));
-    if (pushed) {
-      CUcontext popped;
-      pop(&popped);
-    }
-    if (relaxed) capture_mode(&mode);
-    return result;
+    return ReleaseInContext(ctx, wait, [&] { return int{unregister(reinterpret_cast<void*>(ptr))}; });
   }
   bool ReadFrames(uintptr_t ptr, size_t bytes, std::vector<uint64_t>* frames) override {
     return ReadPageFrames(ptr, bytes, frames);
@@ -169,32 +199,35 @@ class CudaPoolDriver final : public PoolDriver {
   int64_t NowNs() override { return MonotonicNs(); }
 
  private:
-  static constexpr int kMaxContexts = 16;
-
-  // The context's waiter, started on first use; null past kMaxContexts.
-  ContextIdleWaiter* WaiterFor(Context ctx) {
-    std::lock_guard<std::mutex> lock(waiters_mu_);
-    for (int i = 0; i < waiter_count_; ++i) {
-      if (waiters_[i]->ctx() == ctx) return waiters_[i];
-    }
-    if (waiter_count_ == kMaxContexts) return nullptr;
-    waiters_[waiter_count_] = new ContextIdleWaiter(ctx);  // never destroyed: its thread lives on
-    return waiters_[waiter_count_++];
-  }
-
   MemWatch* const watch_;
   const bool defer_shared_;
+  const int prefault_threads_;
   real::Lazy<CUresult (*)(void*)> unregister_;
-  real::Lazy<CUresult (*)(CUstreamCaptureMode*)> capture_mode_;
-  std::mutex waiters_mu_;
-  ContextIdleWaiter* waiters_[kMaxContexts] = {};
-  int waiter_count_ = 0;
+};
+
+// The host-allocation cache's frees, made as the pool's unregisters are.
+class CudaHostAllocDriver final : public HostAllocDriver {
+ public:
+  int Free(uintptr_t ptr, Context ctx, ReleaseWait* wait) override {
+    auto free_host = free_host_.Get(&real::Driver, "cuMemFreeHost");
+    if (free_host == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+    return ReleaseInContext(ctx, wait, [&] { return int{free_host(reinterpret_cast<void*>(ptr))}; });
+  }
+  int64_t NowNs() override { return MonotonicNs(); }
+
+ private:
+  real::Lazy<CUresult (*)(void*)> free_host_;
 };
 
 }  // namespace
 
-std::unique_ptr<PoolDriver> MakeCudaPoolDriver(MemWatch* watch, bool defer_shared) {
-  return std::make_unique<CudaPoolDriver>(watch, defer_shared);
+std::unique_ptr<PoolDriver> MakeCudaPoolDriver(MemWatch* watch, bool defer_shared,
+                                               int prefault_threads) {
+  return std::make_unique<CudaPoolDriver>(watch, defer_shared, prefault_threads);
+}
+
+std::unique_ptr<HostAllocDriver> MakeCudaHostAllocDriver() {
+  return std::make_unique<CudaHostAllocDriver>();
 }
 
 }  // namespace lazypin

@@ -26,7 +26,14 @@ int64_t MonotonicNs();
 class MemWatch;
 
 // `watch` (may be null: hooks only) sees pages change; without
-// `defer_shared`, shared and file-backed pages are not deferred.
-std::unique_ptr<PoolDriver> MakeCudaPoolDriver(MemWatch* watch, bool defer_shared);
+// `defer_shared`, shared and file-backed pages are not deferred; a miss of a
+// large range is faulted in first by `prefault_threads` threads (prefault.h;
+// 0 or 1: by the driver alone).
+std::unique_ptr<PoolDriver> MakeCudaPoolDriver(MemWatch* watch, bool defer_shared,
+                                               int prefault_threads);
+
+// The host-allocation cache's frees (cuMemFreeHost), waited for as above.
+class HostAllocDriver;
+std::unique_ptr<HostAllocDriver> MakeCudaHostAllocDriver();
 
 }  // namespace lazypin

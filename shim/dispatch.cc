@@ -3,6 +3,8 @@
 
 #include <optional>
 
+#include "host_alloc_cache.h"
+#include "pages.h"
 #include "thread_state.h"
 
 namespace lazypin {
@@ -32,6 +34,8 @@ bool Dispatch::WaitBeforeDefer(Context ctx) {
 
 Outcome Dispatch::Act(const ProgramCall& call, absl::FunctionRef<int()> real,
                       RuntimeFrame::Wait wait) {
+  const uintptr_t p = reinterpret_cast<uintptr_t>(call.ptr);
+  FreeCachedHostBlocks(p, IsRegister(call.api) ? RangeEnd(p, call.bytes) : p + 1, EvictReason::kOverlap);
   if (pool_ == nullptr) return Outcome{real(), Action::kForward, 0};
   const Context ctx = env_->CurrentContext();
   if (IsRegister(call.api)) {
@@ -61,6 +65,11 @@ int Dispatch::Runtime(const ProgramCall& call, absl::FunctionRef<int()> real) {
   // through cudart too, and the driver hook beneath decides.
   std::optional<Outcome> fast;
   RuntimeFrame frame;
+  {
+    const uintptr_t p = reinterpret_cast<uintptr_t>(call.ptr);
+    FreeCachedHostBlocks(p, IsRegister(call.api) ? RangeEnd(p, call.bytes) : p + 1,
+                         EvictReason::kOverlap);
+  }
   if (pool_ != nullptr) {
     if (Context ctx = env_->CurrentContext()) {
       if (IsRegister(call.api)) {
@@ -110,21 +119,32 @@ int Dispatch::Driver(const ProgramCall& call, absl::FunctionRef<int()> real) {
 }
 
 void Dispatch::BeforeContextDestroy(Context ctx) {
+  // The driver frees the context's host allocations: forget them.
+  if (host_cache_ != nullptr) {
+    ScopedInsideLazypin inside;
+    host_cache_->ForgetContext(ctx);
+  }
   if (pool_ == nullptr) return;
   ScopedInsideLazypin inside;
   pool_->DropContext(ctx);
 }
 
 void Dispatch::BeforePrimaryContextReset(int device, bool forget_in_use) {
+  if (host_cache_ != nullptr && forget_in_use) {
+    ScopedInsideLazypin inside;
+    host_cache_->ForgetDevice(device);
+  }
   if (pool_ == nullptr) return;
   ScopedInsideLazypin inside;
   pool_->DropDevice(device, forget_in_use);
 }
 
 void Dispatch::AfterPrimaryContextRelease(int device) {
-  if (pool_ == nullptr) return;
+  if (pool_ == nullptr && host_cache_ == nullptr) return;
   ScopedInsideLazypin inside;
-  if (!env_->PrimaryContextActive(device)) pool_->DropDevice(device, /*forget_in_use=*/true);
+  if (env_->PrimaryContextActive(device)) return;
+  if (host_cache_ != nullptr) host_cache_->ForgetDevice(device);
+  if (pool_ != nullptr) pool_->DropDevice(device, /*forget_in_use=*/true);
 }
 
 void Dispatch::SynchronizeIfDeferred(uintptr_t lo, uintptr_t hi, void* stream) {
@@ -133,6 +153,7 @@ void Dispatch::SynchronizeIfDeferred(uintptr_t lo, uintptr_t hi, void* stream) {
 }
 
 void Dispatch::BeforeQuery(uintptr_t ptr) {
+  FreeCachedHostBlocks(ptr, ptr + 1, EvictReason::kQuery);
   if (pool_ == nullptr || !pool_->MaybeHolds(ptr, ptr + 1)) return;
   ScopedInsideLazypin inside;
   pool_->Invalidate(ptr, ptr + 1, EvictReason::kQuery);

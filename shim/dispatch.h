@@ -22,7 +22,11 @@
 
 namespace lazypin {
 
-// One program call as the hook saw it. `bytes` and `flags` are 0 for unregisters.
+class HostAllocCache;
+
+// One program call as the hook saw it. `bytes` and `flags` are 0 for
+// unregisters and frees; for a host allocation, `ptr` is the block returned
+// (null until then, and when it failed).
 struct ProgramCall {
   Api api;
   Via via;
@@ -90,8 +94,12 @@ class Dispatch {
   // `unregister_wait` (LAZYPIN_UNREGISTER_WAIT): a deferred unregister first
   // waits for the work in flight in the current context, as the driver's
   // unregister does; when that wait fails the unregister is forwarded.
-  Dispatch(DispatchEnv* env, Pool* pool, bool unregister_wait = true)
-      : env_(env), pool_(pool), unregister_wait_(unregister_wait) {}
+  // `host_cache` null: pinned host allocations and frees are forwarded
+  // (timed and recorded); else freed blocks are kept for reuse (the wait
+  // before keeping one follows `unregister_wait`, as for an unregister).
+  Dispatch(DispatchEnv* env, Pool* pool, bool unregister_wait = true,
+           HostAllocCache* host_cache = nullptr)
+      : env_(env), pool_(pool), unregister_wait_(unregister_wait), host_cache_(host_cache) {}
   Dispatch(const Dispatch&) = delete;
   Dispatch& operator=(const Dispatch&) = delete;
 
@@ -103,6 +111,15 @@ class Dispatch {
   // cuMemHostRegister(_v2) / cuMemHostUnregister: from the program, or from
   // cudart inside a Runtime() call of this thread.
   int Driver(const ProgramCall& call, absl::FunctionRef<int()> real);
+
+  // Pinned host allocations and frees (dispatch_host_alloc.cc), in the same
+  // two halves: cudaHostAlloc / cudaMallocHost / cudaFreeHost open a frame
+  // and call cudart (`real`); cudart's cuMemHostAlloc / cuMemAllocHost(_v2) /
+  // cuMemFreeHost reach HostDriver on this thread, which decides (cache hit,
+  // keep, or the driver) and reports into the frame. One record per program
+  // call. `out` is the allocation's result pointer (null for a free).
+  int HostRuntime(const ProgramCall& call, void** out, absl::FunctionRef<int()> real);
+  int HostDriver(const ProgramCall& call, void** out, absl::FunctionRef<int()> real);
 
   // Driver calls that change what the pool may hold.
   void BeforeContextDestroy(Context ctx);
@@ -123,6 +140,7 @@ class Dispatch {
   }
 
   Pool* pool() const { return pool_; }
+  HostAllocCache* host_cache() const { return host_cache_; }
 
  private:
   Outcome Act(const ProgramCall& call, absl::FunctionRef<int()> real, RuntimeFrame::Wait wait);
@@ -132,10 +150,16 @@ class Dispatch {
   void SynchronizeIfDeferred(uintptr_t lo, uintptr_t hi, void* stream);
   RegisterRequest Request(const ProgramCall& call, Context ctx);
   void Record(const ProgramCall& call, const Outcome& outcome, int64_t t0);
+  Outcome HostAct(const ProgramCall& call, void** out, absl::FunctionRef<int()> real);
+  // Any call on [lo, hi) other than a host allocation's own: cached (freed)
+  // host blocks there are really freed first, so the driver answers as for
+  // freed memory. Returns how many.
+  int FreeCachedHostBlocks(uintptr_t lo, uintptr_t hi, EvictReason reason);
 
   DispatchEnv* const env_;
   Pool* const pool_;
   const bool unregister_wait_;
+  HostAllocCache* const host_cache_;
 };
 
 }  // namespace lazypin

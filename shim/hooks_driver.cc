@@ -139,6 +139,31 @@ HOOK(cuMemHostUnregister, CUresult, DriverSymbol, (void*, p)) {
       dispatch->Driver({Api::kCuMemHostUnregister, V, p, 0, 0}, [&] { return int{real(p)}; }));
 }
 
+// ---- pinned host allocations: the host-allocation cache (host_alloc_cache.h)
+#define HOST_ALLOC_HOOK(NAME, API, SIZE_TYPE)                                               \
+  HOOK(NAME, CUresult, DriverSymbol, (void**, pp), (SIZE_TYPE, bytes)) {                    \
+    Dispatch* dispatch = ActiveDispatch();                                                  \
+    if (dispatch == nullptr) return real(pp, bytes);                                        \
+    return static_cast<CUresult>(dispatch->HostDriver({API, V, nullptr, bytes, 0}, pp,      \
+                                                      [&] { return int{real(pp, bytes)}; })); \
+  }
+HOST_ALLOC_HOOK(cuMemAllocHost, Api::kCuMemAllocHost, unsigned int)
+HOST_ALLOC_HOOK(cuMemAllocHost_v2, Api::kCuMemAllocHostV2, size_t)
+
+HOOK(cuMemHostAlloc, CUresult, DriverSymbol, (void**, pp), (size_t, bytes), (unsigned int, flags)) {
+  Dispatch* dispatch = ActiveDispatch();
+  if (dispatch == nullptr) return real(pp, bytes, flags);
+  return static_cast<CUresult>(dispatch->HostDriver({Api::kCuMemHostAlloc, V, nullptr, bytes, flags},
+                                                    pp, [&] { return int{real(pp, bytes, flags)}; }));
+}
+
+HOOK(cuMemFreeHost, CUresult, DriverSymbol, (void*, p)) {
+  Dispatch* dispatch = ActiveDispatch();
+  if (dispatch == nullptr) return real(p);
+  return static_cast<CUresult>(
+      dispatch->HostDriver({Api::kCuMemFreeHost, V, p, 0, 0}, nullptr, [&] { return int{real(p)}; }));
+}
+
 // ---- context teardown: the driver drops that context's registrations --------
 #define CONTEXT_HOOK(NAME, PARAM_TYPE, ACTION)                        \
   HOOK(NAME, CUresult, DriverSymbol, (PARAM_TYPE, arg)) {             \
@@ -416,6 +441,10 @@ const HookEntry kHooks[] = {
     ENTRY(cuMemHostRegister, "cuMemHostRegister", 0, 6049),
     ENTRY(cuMemHostRegister_v2, "cuMemHostRegister", 6050, INT_MAX),
     ENTRY(cuMemHostUnregister, "cuMemHostUnregister", 0, INT_MAX),
+    ENTRY(cuMemHostAlloc, "cuMemHostAlloc", 0, INT_MAX),
+    ENTRY(cuMemAllocHost, "cuMemAllocHost", 0, 3019),
+    ENTRY(cuMemAllocHost_v2, "cuMemAllocHost", 3020, INT_MAX),
+    ENTRY(cuMemFreeHost, "cuMemFreeHost", 0, INT_MAX),
     ENTRY(cuCtxDestroy, "cuCtxDestroy", 0, 3999),
     ENTRY(cuCtxDestroy_v2, "cuCtxDestroy", 4000, INT_MAX),
     ENTRY(cuDevicePrimaryCtxReset, "cuDevicePrimaryCtxReset", 0, 10999),
@@ -444,6 +473,9 @@ const HookEntry kHooks[] = {
     ENTRY_FOR(cuStreamEndCapture_ptsz, "cuStreamEndCapture", 0, INT_MAX, kPerThread),
     RUNTIME_ENTRY(cudaHostRegister),
     RUNTIME_ENTRY(cudaHostUnregister),
+    RUNTIME_ENTRY(cudaHostAlloc),
+    RUNTIME_ENTRY(cudaMallocHost),
+    RUNTIME_ENTRY(cudaFreeHost),
 };
 
 const HookEntry* FindByName(const char* name) {

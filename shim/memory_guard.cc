@@ -10,6 +10,14 @@
 namespace lazypin {
 
 void MemoryGuard::Leaving(uintptr_t lo, uintptr_t hi, EvictReason reason) const {
+  // A block the program gave back with cudaFreeHost is the driver's mapping
+  // while lazypin keeps it: unmapping it (a use after free) must not leave the
+  // driver a mapping to free later at an address that may be reused. Free it
+  // first; the program's call then acts on an unmapped range, as without lazypin.
+  if (t_state.inside == 0 && HostHolding() && !LeftProcess()) {
+    ScopedInsideLazypin inside;
+    host_cache_->Invalidate(lo, hi, reason);
+  }
   if (t_state.inside > 0 || !pool_->MaybeTracks(lo, hi) || LeftProcess()) return;
   ScopedInsideLazypin inside;
   pool_->MarkLeft(lo, hi);
@@ -22,6 +30,7 @@ void MemoryGuard::Protecting(uintptr_t lo, uintptr_t hi, int prot) const {
 }
 
 bool MemoryGuard::TakeFree(void* block) const {
+  if (!pool_->Tracking()) return false;  // Holding() only for the host cache's blocks
   const uintptr_t lo = reinterpret_cast<uintptr_t>(block);
   const size_t bytes = malloc_usable_size(block);
   if (!pool_->MaybeTracks(lo, lo + bytes) || LeftProcess()) return false;

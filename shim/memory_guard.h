@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "host_alloc_cache.h"
 #include "pool.h"
 #include "types.h"
 
@@ -29,12 +30,16 @@ class MemoryGuard {
   using ProcessCheck = bool (*)();
   // `collector` may be null (then pooled blocks are invalidated on the
   // freeing thread); `left_process` may be null (never a copy).
-  MemoryGuard(Pool* pool, Collector* collector, ProcessCheck left_process = nullptr)
-      : pool_(pool), collector_(collector), left_process_(left_process) {}
+  // `host_cache` (may be null): pinned host blocks the program freed and
+  // lazypin keeps; memory leaving over one frees it first (Leaving).
+  MemoryGuard(Pool* pool, Collector* collector, ProcessCheck left_process = nullptr,
+              HostAllocCache* host_cache = nullptr)
+      : pool_(pool), collector_(collector), left_process_(left_process), host_cache_(host_cache) {}
 
   // Cheap and lock-free: false means the pool holds no entry (in use or
-  // deferred), and every call below would do nothing.
-  bool Holding() const { return pool_->Tracking(); }
+  // deferred) and the host-allocation cache keeps no block, and every call
+  // below would do nothing.
+  bool Holding() const { return pool_->Tracking() || HostHolding(); }
 
   // [lo, hi) leaves the process now (munmap, mremap, madvise, ...): pooled
   // registrations overlapping it are really unregistered before this returns,
@@ -55,10 +60,12 @@ class MemoryGuard {
 
  private:
   bool LeftProcess() const { return left_process_ != nullptr && left_process_(); }
+  bool HostHolding() const { return host_cache_ != nullptr && host_cache_->MaybeHolds(); }
 
   Pool* const pool_;
   Collector* const collector_;
   const ProcessCheck left_process_;
+  HostAllocCache* const host_cache_;
 };
 
 }  // namespace lazypin

@@ -233,6 +233,7 @@ Outcome Pool::Register(const RegisterRequest& req, absl::FunctionRef<int()> forw
   // pages goes unseen; released again if the driver refuses it.
   const PassReason pass = driver_->Admit(lo, hi);
   const bool watched = pass == PassReason::kNone;
+  if (!forward_only) driver_->Prefault(lo, hi, req.flags);
   out.result = forward();
   if (!forward_only && out.result == kCudaOutOfMemory && !Empty()) {
     // Make room: release everything pooled, then try once more.

@@ -65,6 +65,9 @@ class PoolDriver {
   // Release() follows when the registration ends), else why not.
   virtual PassReason Admit(uintptr_t lo, uintptr_t hi) { return PassReason::kNone; }
   virtual void Release(uintptr_t lo, uintptr_t hi) {}
+  // After Admit, just before the driver registers [lo, hi) (a miss): may
+  // fault its pages in first, contents unchanged (prefault.h).
+  virtual void Prefault(uintptr_t lo, uintptr_t hi, unsigned flags) {}
   // Calls changed(lo, hi) for every range whose pages changed since the last
   // call, as far as the watch knows (see MemWatch::Drain for the ordering).
   virtual void DrainChanges(absl::FunctionRef<void(uintptr_t lo, uintptr_t hi)> changed) {}

@@ -75,6 +75,21 @@ ShortRecord EvictRecordLine(int64_t t_ns, int tid, uintptr_t ptr, size_t bytes, 
   return Copied(text);
 }
 
+ShortRecord HostReleaseRecordLine(int64_t t_ns, int tid, uintptr_t ptr, size_t bytes,
+                                  EvictReason reason, int result, int64_t latency_ns,
+                                  const ReleaseWait& wait) {
+  fmt::memory_buffer text;
+  fmt::format_to(
+      std::back_inserter(text),
+      FMT_COMPILE(R"({{"type":"host_release","t_ns":{},"tid":{},"ptr":"{}","bytes":{},"reason":"{}",)"
+                  R"("result":{},"latency_ns":{},"waited_ns":{})"),
+      t_ns, tid, reinterpret_cast<void*>(ptr), bytes, EvictReasonName(reason), result, latency_ns,
+      wait.waited_ns);
+  if (wait.forced) fmt::format_to(std::back_inserter(text), FMT_COMPILE(R"(,"forced":true)"));
+  text.push_back('}');
+  return Copied(text);
+}
+
 std::string WarningRecordLine(int64_t t_ns, std::string_view message) {
   return fmt::format(R"({{"type":"warning","t_ns":{},"message":{}}})", t_ns, JsonString(message));
 }

@@ -51,6 +51,11 @@ ShortRecord CallRecordLine(int64_t t_ns, int tid, const CallRecord& record, int 
 ShortRecord EvictRecordLine(int64_t t_ns, int tid, uintptr_t ptr, size_t bytes, EvictReason reason,
                             int result, int64_t latency_ns, const ReleaseWait& wait,
                             int stack = 0);
+// The host-allocation cache really freed a block the program had freed (a
+// "host_release" record: same fields as an evict record).
+ShortRecord HostReleaseRecordLine(int64_t t_ns, int tid, uintptr_t ptr, size_t bytes,
+                                  EvictReason reason, int result, int64_t latency_ns,
+                                  const ReleaseWait& wait);
 std::string WarningRecordLine(int64_t t_ns, std::string_view message);
 
 // The summary a signal leaves ({"type":"summary","t_ns":N,"ended_by":"SIGTERM"}),

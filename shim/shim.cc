@@ -28,6 +28,7 @@
 #include "dispatch.h"
 #include "fmt/format.h"
 #include "hooks_memory.h"
+#include "host_alloc_cache.h"
 #include "log.h"
 #include "mem_watch.h"
 #include "memory_guard.h"
@@ -100,7 +101,7 @@ bool LeftSetUpProcess();
 
 // Everything lazypin set up in this process. Never destroyed: hooks may run
 // until the very end.
-class Shim final : public DispatchEnv, public PoolObserver {
+class Shim final : public DispatchEnv, public PoolObserver, public HostAllocObserver {
  public:
   void Init();
   void AtExit();
@@ -172,6 +173,10 @@ class Shim final : public DispatchEnv, public PoolObserver {
                const ReleaseWait& wait) override;
   void OnWarning(const std::string& message) override;
 
+  // HostAllocObserver
+  void OnHostRelease(uintptr_t ptr, size_t bytes, EvictReason reason, int result,
+                     int64_t latency_ns, const ReleaseWait& wait) override;
+
  private:
   int64_t SinceStart() const { return MonotonicNs() - start_mono_ns_; }
   std::string HeaderLine(const std::string& log_path);
@@ -198,6 +203,8 @@ class Shim final : public DispatchEnv, public PoolObserver {
   std::string watch_reason_;  // why the kernel watch is not on
   std::unique_ptr<PoolDriver> pool_driver_;
   std::unique_ptr<Pool> pool_;
+  std::unique_ptr<HostAllocDriver> host_driver_;
+  std::unique_ptr<HostAllocCache> host_cache_;  // defer mode with LAZYPIN_HOST_ALLOC_CACHE > 0
   std::unique_ptr<Collector> collector_;
   std::unique_ptr<Dispatch> dispatch_;
   std::unique_ptr<MemoryGuard> guard_;
@@ -301,13 +308,22 @@ void Shim::Init() {
     limits.max_bytes = config_.pool_bytes;
     limits.max_entries = config_.pool_entries;
     limits.check_frames = config_.check_pfn;
-    pool_driver_ = MakeCudaPoolDriver(watch_.get(), config_.defer_shared);
+    pool_driver_ = MakeCudaPoolDriver(watch_.get(), config_.defer_shared, config_.prefault_threads);
     pool_ = std::make_unique<Pool>(pool_driver_.get(), this, limits);
+    if (config_.host_alloc_bytes > 0) {
+      HostAllocLimits host_limits;
+      host_limits.max_bytes = config_.host_alloc_bytes;
+      host_limits.max_entries = config_.pool_entries;
+      host_driver_ = MakeCudaHostAllocDriver();
+      host_cache_ = std::make_unique<HostAllocCache>(host_driver_.get(), this, host_limits);
+    }
     collector_ = std::make_unique<Collector>(pool_.get(), config_.idle_ms, &RealFree, FreeBounds{},
-                                             &Captures());
-    guard_ = std::make_unique<MemoryGuard>(pool_.get(), collector_.get(), &LeftSetUpProcess);
+                                             &Captures(), host_cache_.get());
+    guard_ = std::make_unique<MemoryGuard>(pool_.get(), collector_.get(), &LeftSetUpProcess,
+                                           host_cache_.get());
   }
-  dispatch_ = std::make_unique<Dispatch>(this, pool_.get(), config_.unregister_wait);
+  dispatch_ = std::make_unique<Dispatch>(this, pool_.get(), config_.unregister_wait,
+                                         host_cache_.get());
   pthread_atfork(ForkPrepareHandler, nullptr, ForkChildHandler);
   for (int sig : {SIGTERM, SIGINT}) {
     struct sigaction old;
@@ -480,6 +496,15 @@ void Shim::FormatEntry(const LogEntry& e, std::string* line) {
   }
 }
 
+void Shim::OnHostRelease(uintptr_t ptr, size_t bytes, EvictReason reason, int result,
+                         int64_t latency_ns, const ReleaseWait& wait) {
+  if (log_) {
+    log_->Write(
+        HostReleaseRecordLine(SinceStart(), ThreadId(), ptr, bytes, reason, result, latency_ns, wait)
+            .view());
+  }
+}
+
 void Shim::OnWarning(const std::string& message) {
   fprintf(stderr, "lazypin: %s\n", message.c_str());
   if (log_) log_->Write(WarningRecordLine(SinceStart(), message));
@@ -494,17 +519,20 @@ void Shim::AtExit() {
   // From here on a free of pooled memory invalidates on the freeing thread:
   // the collector stops.
   if (guard_) {
-    static const MemoryGuard exit_guard(pool_.get(), nullptr, &LeftSetUpProcess);
+    static const MemoryGuard exit_guard(pool_.get(), nullptr, &LeftSetUpProcess, host_cache_.get());
     Publish(new ShimState{state_->requested, state_->effective, state_->why, dispatch_.get(),
                           &exit_guard});
   }
   if (collector_) collector_->Stop();
   if (pool_ && config_.release_at_exit) pool_->ReleaseAll(EvictReason::kExit);
+  if (host_cache_ && config_.release_at_exit) host_cache_->ReleaseAll(EvictReason::kExit);
   const PoolCounters counters = pool_ ? pool_->Counters() : PoolCounters{};
+  const HostAllocCounters host_counters = host_cache_ ? host_cache_->Counters() : HostAllocCounters{};
+  const HostAllocCounters* host = host_cache_ ? &host_counters : nullptr;
   std::string log_note;
   if (log_) {
     // The summary is made once the writer has counted every record.
-    log_->Close([&] { return stats_.SummaryJson(counters, SinceStart(), "exit"); });
+    log_->Close([&] { return stats_.SummaryJson(counters, SinceStart(), "exit", host); });
     // No file: the writer said why on stderr when it could not create it.
     const std::string failure = log_->failure();
     if (log_->has_file()) {
@@ -514,7 +542,7 @@ void Shim::AtExit() {
     }
   }
   if (config_.summary) {
-    const std::string text = stats_.SummaryText(counters, pool_ != nullptr) + log_note;
+    const std::string text = stats_.SummaryText(counters, pool_ != nullptr, host) + log_note;
     fputs(text.c_str(), stderr);
   } else if (!log_note.empty() && log_note.find("incomplete") != std::string::npos) {
     fputs(log_note.c_str(), stderr);
@@ -558,6 +586,8 @@ void Shim::BeforeFork() {
   if (state == nullptr || state->dispatch == nullptr) return;
   ScopedInsideLazypin inside;
   pool_->ReleaseAll(EvictReason::kFork);
+  // Pinned blocks the program freed are not copied into the child either.
+  if (host_cache_) host_cache_->ReleaseAll(EvictReason::kFork);
 }
 
 void Shim::InForkChild() {
@@ -567,6 +597,7 @@ void Shim::InForkChild() {
   // through. Async-signal-safe (a clone's child may come here from a signal).
   in_child_ = true;
   if (pool_) pool_->AbandonAfterFork();
+  if (host_cache_) host_cache_->AbandonAfterFork();
   if (watch_) watch_->AbandonAfterFork();
   static const ShimState child{Mode::kOff, Mode::kOff, "a fork's child", nullptr, nullptr};
   Publish(&child);

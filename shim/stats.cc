@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "fmt/format.h"
+#include "host_alloc_cache.h"
 #include "pool.h"
 
 namespace lazypin {
@@ -69,6 +70,7 @@ const char* SizeClassName(int size_class) {
 void Stats::RecordCall(Api api, size_t bytes, int result, int64_t latency_ns, Action action) {
   std::lock_guard<std::mutex> lock(mu_);
   by_api_[static_cast<int>(api)].Add(bytes, result, latency_ns);
+  if (IsHostAllocApi(api)) return;  // the host-allocation cache counts its own (HostAllocCounters)
   if (IsRegister(api)) {
     const int c = SizeClass(bytes);
     by_size_[c].Add(bytes, result, latency_ns);
@@ -124,7 +126,23 @@ std::string Human(int64_t ns) {
 
 }  // namespace
 
-std::string Stats::SummaryJson(const PoolCounters& pool, int64_t t_ns, const char* ended_by) const {
+static std::string HostAllocJson(const HostAllocCounters& h) {
+  std::string releases;
+  for (int r = 0; r < static_cast<int>(EvictReason::kCount); ++r) {
+    if (h.releases[r] == 0) continue;
+    releases += fmt::format("{}\"{}\":{}", releases.empty() ? "" : ",",
+                            EvictReasonName(static_cast<EvictReason>(r)), h.releases[r]);
+  }
+  return fmt::format(
+      R"({{"hits":{},"misses":{},"kept":{},"forwarded_frees":{},"releases":{{{}}},"forgotten":{},)"
+      R"("forced_releases":{},"cached_bytes":{},"cached_entries":{},"peak_bytes":{},)"
+      R"("peak_entries":{},"zeroed_bytes":{},"zero_ns":{}}})",
+      h.hits, h.misses, h.kept, h.forwarded_frees, releases, h.forgotten, h.forced_releases,
+      h.cached_bytes, h.cached_entries, h.peak_bytes, h.peak_entries, h.zeroed_bytes, h.zero_ns);
+}
+
+std::string Stats::SummaryJson(const PoolCounters& pool, int64_t t_ns, const char* ended_by,
+                               const HostAllocCounters* host) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::string apis, sizes, evictions;
   for (int a = 0; a < static_cast<int>(Api::kCount); ++a) {
@@ -145,14 +163,15 @@ std::string Stats::SummaryJson(const PoolCounters& pool, int64_t t_ns, const cha
   return fmt::format(
       R"({{"type":"summary","t_ns":{},"ended_by":"{}","apis":{{{}}},"size_classes":{{{}}},)"
       R"("pool":{{"hits":{},"misses":{},"deferred":{},"passed":{},"evictions":{{{}}},"forced_releases":{},)"
-      R"("peak_bytes":{},"peak_entries":{},"pooled_bytes":{},"pooled_entries":{},"saved_ns_est":{}}}}})",
+      R"("peak_bytes":{},"peak_entries":{},"pooled_bytes":{},"pooled_entries":{},"saved_ns_est":{}}}{}}})",
       t_ns, ended_by, apis, sizes, pool.hits, pool.misses, pool.deferred, pool.passed, evictions,
       pool.forced_releases,
       pool.peak_bytes, pool.peak_entries, pool.pooled_bytes, pool.pooled_entries,
-      SavedEstimateNs());
+      SavedEstimateNs(), host != nullptr ? ",\"host_alloc\":" + HostAllocJson(*host) : "");
 }
 
-std::string Stats::SummaryText(const PoolCounters& pool, bool defer) const {
+std::string Stats::SummaryText(const PoolCounters& pool, bool defer,
+                               const HostAllocCounters* host) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::string out = fmt::format("lazypin: {:<22} {:>8} {:>6} {:>10} {:>10} {:>10}\n", "api",
                                 "calls", "errors", "total", "p50", "p99");
@@ -172,6 +191,16 @@ std::string Stats::SummaryText(const PoolCounters& pool, bool defer) const {
         "evicted, peak {} entries / {} bytes, saved ~{}\n",
         pool.hits, registers, registers ? 100.0 * pool.hits / registers : 0.0, pool.deferred,
         pool.passed, evicted, pool.peak_entries, pool.peak_bytes, Human(SavedEstimateNs()));
+  }
+  if (host != nullptr && host->hits + host->misses + host->kept > 0) {
+    uint64_t released = 0;
+    for (uint64_t n : host->releases) released += n;
+    const uint64_t allocs = host->hits + host->misses;
+    out += fmt::format(
+        "lazypin: host allocs: {} hits / {} allocations ({:.0f}%), {} frees kept, {} released, "
+        "peak {} blocks / {} bytes, zeroing {}\n",
+        host->hits, allocs, allocs ? 100.0 * host->hits / allocs : 0.0, host->kept, released,
+        host->peak_entries, host->peak_bytes, Human(host->zero_ns));
   }
   return out;
 }

@@ -15,6 +15,7 @@
 namespace lazypin {
 
 struct PoolCounters;
+struct HostAllocCounters;
 
 // Log-linear histogram of nanoseconds: 32 sub-buckets per power of two, so a
 // percentile is within 1/32 (3.1%) of the true value.
@@ -54,10 +55,13 @@ class Stats {
   void RecordCall(Api api, size_t bytes, int result, int64_t latency_ns, Action action);
   void RecordEvict(int64_t latency_ns);
 
-  // The summary record (one JSON line, without newline).
-  std::string SummaryJson(const PoolCounters& pool, int64_t t_ns, const char* ended_by) const;
+  // The summary record (one JSON line, without newline); `host` (the
+  // host-allocation cache's counters, when there is one) adds "host_alloc".
+  std::string SummaryJson(const PoolCounters& pool, int64_t t_ns, const char* ended_by,
+                          const HostAllocCounters* host = nullptr) const;
   // The human summary for stderr.
-  std::string SummaryText(const PoolCounters& pool, bool defer) const;
+  std::string SummaryText(const PoolCounters& pool, bool defer,
+                          const HostAllocCounters* host = nullptr) const;
 
  private:
   int64_t SavedEstimateNs() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

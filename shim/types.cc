@@ -10,6 +10,13 @@ const char* ApiName(Api api) {
     case Api::kCuMemHostRegister: return "cuMemHostRegister";
     case Api::kCuMemHostRegisterV2: return "cuMemHostRegister_v2";
     case Api::kCuMemHostUnregister: return "cuMemHostUnregister";
+    case Api::kCudaHostAlloc: return "cudaHostAlloc";
+    case Api::kCudaMallocHost: return "cudaMallocHost";
+    case Api::kCudaFreeHost: return "cudaFreeHost";
+    case Api::kCuMemHostAlloc: return "cuMemHostAlloc";
+    case Api::kCuMemAllocHost: return "cuMemAllocHost";
+    case Api::kCuMemAllocHostV2: return "cuMemAllocHost_v2";
+    case Api::kCuMemFreeHost: return "cuMemFreeHost";
     case Api::kCount: break;
   }
   return "?";
@@ -19,6 +26,13 @@ bool IsRegister(Api api) {
   return api == Api::kCudaHostRegister || api == Api::kCuMemHostRegister ||
          api == Api::kCuMemHostRegisterV2;
 }
+
+bool IsHostAlloc(Api api) {
+  return api == Api::kCudaHostAlloc || api == Api::kCudaMallocHost || api == Api::kCuMemHostAlloc ||
+         api == Api::kCuMemAllocHost || api == Api::kCuMemAllocHostV2;
+}
+
+bool IsHostFree(Api api) { return api == Api::kCudaFreeHost || api == Api::kCuMemFreeHost; }
 
 const char* ViaName(Via via) {
   switch (via) {
@@ -54,7 +68,7 @@ const char* EvictReasonName(EvictReason reason) {
   static constexpr const char* kNames[] = {
       "lru",    "idle",   "overlap",    "make_room", "query", "free",  "realloc",
       "munmap", "mremap", "mmap_fixed", "madvise",   "brk",   "shmdt", "shmat",
-      "context", "pfn",   "exit",       "watch",     "fork",    "mprotect"};
+      "context", "pfn",   "exit",       "watch",     "fork",    "mprotect", "double_free"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<int>(EvictReason::kCount));
   return kNames[static_cast<int>(reason)];
 }

@@ -7,11 +7,17 @@
 
 namespace lazypin {
 
-// The five hooked entry points, as the program called them.
+// The hooked entry points, as the program called them: registrations, then
+// pinned host allocations and their frees (the host-allocation cache).
 enum class Api { kCudaHostRegister, kCudaHostUnregister, kCuMemHostRegister, kCuMemHostRegisterV2,
-                 kCuMemHostUnregister, kCount };
+                 kCuMemHostUnregister, kCudaHostAlloc, kCudaMallocHost, kCudaFreeHost,
+                 kCuMemHostAlloc, kCuMemAllocHost, kCuMemAllocHostV2, kCuMemFreeHost, kCount };
 const char* ApiName(Api api);
 bool IsRegister(Api api);
+// cudaHostAlloc, cudaMallocHost, cuMemHostAlloc, cuMemAllocHost(_v2) / cudaFreeHost, cuMemFreeHost.
+bool IsHostAlloc(Api api);
+bool IsHostFree(Api api);
+inline bool IsHostAllocApi(Api api) { return IsHostAlloc(api) || IsHostFree(api); }
 
 // How the program reached a hook.
 enum class Via { kSymbol, kDlsym, kGetProc };
@@ -34,6 +40,7 @@ const char* PassReasonName(PassReason reason);
 enum class EvictReason {
   kLru, kIdle, kOverlap, kMakeRoom, kQuery, kFree, kRealloc, kMunmap, kMremap, kMmapFixed,
   kMadvise, kBrk, kShmdt, kShmat, kContext, kPfn, kExit, kWatch, kFork, kMprotect,
+  kDoubleFree,  // the host-allocation cache: a second free of a cached block
   kCount  // number of reasons
 };
 const char* EvictReasonName(EvictReason reason);

@@ -1,11 +1,14 @@
 """Python clients of host registration, for scripts/gpu-suite (GPU only).
 
-    python3 py_clients.py torch|torch_pinned|cupy|numba
+    python3 py_clients.py torch|torch_pinned|torch_hostalloc|cupy|numba
 
 Each registers one host buffer three times (so that lazypin's defer mode can
 serve the 2nd and 3rd from its pool), copies a fresh pattern to the device and
 back each time, and checks the bytes. Prints only deterministic lines, so the
 output with and without lazypin can be compared; ends with DATA OK.
+torch_hostalloc (PyTorch's default pin_memory: cudaHostAlloc, freed with
+cudaFreeHost by torch._C._host_emptyCache) also times its cycles, on stderr:
+"TIME torch_hostalloc size=N cycle_us=.. kept_us=.. ratio=..".
 """
 import sys
 
@@ -52,6 +55,43 @@ elif which == "torch_pinned":
         if empty is not None:
             torch.cuda.synchronize()
             empty()
+elif which == "torch_hostalloc":
+    # The default caching host allocator: pin_memory() allocates with
+    # cudaHostAlloc; _host_emptyCache() frees its free blocks with cudaFreeHost,
+    # so every cycle below is an allocation and a free of the same size.
+    import time
+    import torch
+    empty = getattr(torch._C, "_host_emptyCache", None)
+    if empty is None:
+        sys.exit("torch._C._host_emptyCache is missing")
+    for n in (4 << 20, 256 << 20):
+        src = torch.from_numpy((np.arange(n, dtype=np.uint32) % 251).astype(np.uint8))
+        cycle, kept = [], []
+        for i in range(12):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            pinned = src.pin_memory()
+            dev = pinned.to("cuda", non_blocking=True)
+            torch.cuda.synchronize()
+            del pinned
+            empty()
+            cycle.append(time.perf_counter() - t0)
+        check(dev.cpu().numpy(), src.numpy(), "pin_memory cycle")
+        pinned = src.pin_memory()
+        for i in range(12):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            pinned.copy_(src)
+            dev = pinned.to("cuda", non_blocking=True)
+            torch.cuda.synchronize()
+            kept.append(time.perf_counter() - t0)
+        check(dev.cpu().numpy(), src.numpy(), "kept pinned copy")
+        del pinned
+        empty()
+        c, k = sorted(cycle)[len(cycle) // 2], sorted(kept)[len(kept) // 2]
+        sys.stderr.write("TIME torch_hostalloc size=%d cycle_us=%.1f kept_us=%.1f ratio=%.2f\n"
+                         % (n, c * 1e6, k * 1e6, c / k))
+        print("pin_memory cycles", n, "ok")
 elif which == "cupy":
     import cupy
     for i in range(3):

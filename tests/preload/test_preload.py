@@ -307,7 +307,9 @@ class PreloadTest(AppTestCase):
                    "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyAsync",
                    "cuMemcpy2DAsync_v2", "cuMemcpy3DAsync_v2", "cuMemcpyHtoDAsync_v2_ptsz",
                    "cuMemcpyDtoHAsync_v2_ptsz", "cuMemcpyAsync_ptsz", "cuMemcpy2DAsync_v2_ptsz",
-                   "cuMemcpy3DAsync_v2_ptsz"}
+                   "cuMemcpy3DAsync_v2_ptsz",
+                   "cudaHostAlloc", "cudaMallocHost", "cudaFreeHost", "cuMemHostAlloc",
+                   "cuMemAllocHost", "cuMemAllocHost_v2", "cuMemFreeHost"}
         self.assertEqual(names, allowed)
         # Preloaded into every process of a tree: it needs only libc (and the
         # dynamic linker, loaded in every process anyway), and has no run path.

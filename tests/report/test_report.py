@@ -217,8 +217,9 @@ class JsonReport(unittest.TestCase):
         d = report_json(fx("log_mode.jsonl"))
         self.assertEqual(d["lazypin_report"], 1)
         self.assertEqual(list(d), ["lazypin_report", "files", "processes", "totals", "apis",
-                                   "size_classes", "pool", "advice", "call_sites", "slowest",
-                                   "errors", "warnings"])
+                                   "size_classes", "pool", "host_alloc", "advice", "call_sites",
+                                   "slowest", "errors", "warnings"])
+        self.assertFalse(d["host_alloc"]["active"])  # no pinned host allocation in that log
         reg = d["apis"]["cudaHostRegister"]
         self.assertEqual(sorted(reg), sorted(["calls", "errors", "bytes", "total_ns",
                                               "p50_ns", "p90_ns", "p99_ns", "max_ns"]))

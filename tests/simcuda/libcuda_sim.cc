@@ -1375,8 +1375,12 @@ API CUresult CUDAAPI cuMemHostGetFlags(unsigned int* pFlags, void* p) {
   auto it = find_reg_locked(reinterpret_cast<uintptr_t>(p));
   if (it == g().regs.end()) return CUDA_ERROR_INVALID_VALUE;
   // Measured on the H200: flags 0 -> 2, 3 -> 3, READ_ONLY (8) -> 2: the driver
-  // reports PORTABLE as given and DEVICEMAP always.
-  *pFlags = (it->second.flags & CU_MEMHOSTREGISTER_PORTABLE) | CU_MEMHOSTREGISTER_DEVICEMAP;
+  // reports PORTABLE as given and DEVICEMAP always. A cuMemHostAlloc block
+  // also keeps WRITECOMBINED (documented: the flags given at allocation;
+  // DEVICEMAP always, as unified addressing maps every block).
+  const unsigned kept = it->second.hostalloc ? CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_WRITECOMBINED
+                                             : CU_MEMHOSTREGISTER_PORTABLE;
+  *pFlags = (it->second.flags & kept) | CU_MEMHOSTREGISTER_DEVICEMAP;
   return CUDA_SUCCESS;
 }
 
@@ -1401,7 +1405,9 @@ API CUresult CUDAAPI cuMemHostAlloc(void** pp, size_t bytes, unsigned int Flags)
   size_t len = (bytes + kPage - 1) & ~(kPage - 1);
   void* p = raw_mmap(len);
   if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
-  CUresult rc = register_impl(p, len, Flags & 0x3u, true);
+  // The flags as given (WRITECOMBINED included): cuMemHostGetFlags passes
+  // them back (CUDA's documentation).
+  CUresult rc = register_impl(p, len, Flags, true);
   if (rc != CUDA_SUCCESS) {
     raw_munmap(p, len);
     return rc;

@@ -224,7 +224,8 @@ TEST(ConfigTest, TheHeaderConfigHasOneKeyPerOption) {
   EXPECT_EQ(json,
             R"({"mode":"defer","log":"a\"b.jsonl","summary":true,"pool_bytes":4294967296,)"
             R"("pool_entries":65536,"idle_ms":10000,"check_pfn":false,"release_at_exit":false,)"
-            R"("watch":"auto","defer_shared":false,"unregister_wait":true,"stacks":"1"})");
+            R"("watch":"auto","defer_shared":false,"unregister_wait":true,"stacks":"1","prefault":4,)"
+            R"("host_alloc_cache":4294967296})");
 }
 
 std::string ReadSource(const char* relative) {

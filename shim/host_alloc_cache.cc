@@ -1,0 +1,261 @@
+// host_alloc_cache: freed pinned host blocks kept for reuse (see host_alloc_cache.h).
+#include "host_alloc_cache.h"
+
+#include <string.h>
+
+#include <algorithm>
+
+namespace lazypin {
+
+HostAllocCache::HostAllocCache(HostAllocDriver* driver, HostAllocObserver* observer,
+                               HostAllocLimits limits)
+    : driver_(driver), observer_(observer), limits_(limits) {}
+
+void HostAllocCache::Uncache(uintptr_t base, Block& b) {
+  auto [lo, hi] = index_.equal_range(KeyOf(b));
+  for (auto it = lo; it != hi; ++it) {
+    if (it->second == base) {
+      index_.erase(it);
+      break;
+    }
+  }
+  lru_.erase(b.lru_key);
+  counters_.cached_bytes -= Span(b.bytes);
+  counters_.cached_entries -= 1;
+}
+
+void HostAllocCache::TakeVictim(uintptr_t base, Block& b, EvictReason reason,
+                                std::vector<Victim>* victims) {
+  Uncache(base, b);
+  b.state = State::kReleasing;
+  releasing_ += 1;
+  victims->push_back(Victim{base, b.bytes, b.ctx, reason});
+}
+
+bool HostAllocCache::RangeQuiet(uintptr_t lo, uintptr_t hi) const {
+  if (releasing_ == 0) return true;
+  auto it = blocks_.upper_bound(lo);
+  if (it != blocks_.begin()) --it;
+  for (; it != blocks_.end() && it->first < hi; ++it) {
+    if (it->second.state == State::kReleasing && it->first + Span(it->second.bytes) > lo) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void HostAllocCache::AwaitQuiet(std::unique_lock<std::mutex>& lock, uintptr_t lo, uintptr_t hi) {
+  released_.wait(lock, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return RangeQuiet(lo, hi); });
+}
+
+int HostAllocCache::Release(std::vector<Victim>& victims) {
+  for (const Victim& v : victims) {
+    ReleaseWait wait;
+    const int64_t t0 = driver_->NowNs();
+    const int result = driver_->Free(v.base, v.ctx, &wait);
+    const int64_t latency = driver_->NowNs() - t0;
+    if (observer_ != nullptr) observer_->OnHostRelease(v.base, v.bytes, v.reason, result, latency, wait);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = blocks_.find(v.base);
+    // A block the driver handed out again at that address meanwhile is live: keep it.
+    if (it != blocks_.end() && it->second.state == State::kReleasing) blocks_.erase(it);
+    releasing_ -= 1;
+    holding_.fetch_sub(1, std::memory_order_relaxed);
+    counters_.releases[static_cast<int>(v.reason)] += 1;
+    if (wait.forced) counters_.forced_releases += 1;
+  }
+  if (!victims.empty()) released_.notify_all();
+  return static_cast<int>(victims.size());
+}
+
+Outcome HostAllocCache::Alloc(const HostAllocRequest& request, void** out,
+                              absl::FunctionRef<int()> forward) {
+  if (out != nullptr && request.bytes != 0 && !Abandoned()) {
+    uintptr_t served = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = index_.find(Key{request.bytes, request.flags, reinterpret_cast<uintptr_t>(request.ctx)});
+      if (it != index_.end()) {
+        served = it->second;
+        Block& b = blocks_.find(served)->second;  // indexed blocks are tracked (no .at(): it throws)
+        Uncache(served, b);
+        b.state = State::kLive;
+        b.device = request.device;
+        counters_.hits += 1;
+        holding_.fetch_sub(1, std::memory_order_relaxed);
+      }
+    }
+    if (served != 0) {
+      // A fresh block reads as zeros (the driver maps new pages): so does this one.
+      if (limits_.zero) {
+        const int64_t t0 = driver_->NowNs();
+        memset(reinterpret_cast<void*>(served), 0, Span(request.bytes));
+        const int64_t spent = driver_->NowNs() - t0;
+        std::lock_guard<std::mutex> lock(mu_);
+        counters_.zeroed_bytes += Span(request.bytes);
+        counters_.zero_ns += spent;
+      }
+      *out = reinterpret_cast<void*>(served);
+      return Outcome{kCudaSuccess, Action::kHit, 0};
+    }
+  }
+  Outcome outcome{forward(), Action::kMiss, 0};
+  if (outcome.result == kCudaOutOfMemory && MaybeHolds()) {
+    // What the program freed would have been the driver's again: give it back.
+    outcome.evicted = ReleaseAll(EvictReason::kMakeRoom);
+    if (outcome.evicted > 0) outcome.result = forward();
+  }
+  if (outcome.result == kCudaSuccess && out != nullptr && *out != nullptr && !Abandoned()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    blocks_.insert_or_assign(reinterpret_cast<uintptr_t>(*out),
+                             Block{request.bytes, request.flags, request.ctx, request.device,
+                                   State::kLive, 0, 0});
+    counters_.misses += 1;
+  }
+  return outcome;
+}
+
+Outcome HostAllocCache::Free(uintptr_t ptr, absl::FunctionRef<int()> forward,
+                             absl::FunctionRef<bool()> may_keep) {
+  if (Abandoned()) return Outcome{forward(), Action::kForward, 0};
+  std::vector<Victim> victims;
+  bool keepable = false;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    AwaitQuiet(lock, ptr, ptr + 1);
+    auto it = blocks_.find(ptr);
+    if (it != blocks_.end() && it->second.state == State::kCached) {
+      // A second free: the driver answers it as for freed memory.
+      TakeVictim(it->first, it->second, EvictReason::kDoubleFree, &victims);
+    } else if (it != blocks_.end()) {
+      keepable = Span(it->second.bytes) <= limits_.max_bytes && limits_.max_entries > 0;
+      if (!keepable) {
+        blocks_.erase(it);
+        counters_.forwarded_frees += 1;
+      }
+    }
+  }
+  if (!victims.empty()) {
+    const int evicted = Release(victims);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      counters_.forwarded_frees += 1;
+    }
+    return Outcome{forward(), Action::kForward, evicted};
+  }
+  if (!keepable) return Outcome{forward(), Action::kForward, 0};
+  // The implicit wait (or the reason not to keep) without the lock.
+  const bool keep = may_keep();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = blocks_.find(ptr);
+    if (it == blocks_.end() || it->second.state != State::kLive) {
+      // Freed by another thread meanwhile (the program's race): the driver decides.
+      keepable = false;
+    } else if (!keep) {
+      blocks_.erase(it);
+      keepable = false;
+    } else {
+      Block& b = it->second;
+      b.state = State::kCached;
+      b.lru_key = next_lru_key_++;
+      b.freed_at = driver_->NowNs();
+      index_.emplace(KeyOf(b), ptr);
+      lru_.emplace(b.lru_key, ptr);
+      counters_.cached_bytes += Span(b.bytes);
+      counters_.cached_entries += 1;
+      counters_.kept += 1;
+      holding_.fetch_add(1, std::memory_order_relaxed);
+      // Over a bound: the oldest other blocks go.
+      while ((counters_.cached_bytes > limits_.max_bytes ||
+              counters_.cached_entries > limits_.max_entries) &&
+             !lru_.empty()) {
+        const uintptr_t base = lru_.begin()->second;
+        if (base == ptr) break;
+        TakeVictim(base, blocks_.find(base)->second, EvictReason::kLru, &victims);
+      }
+      counters_.peak_bytes = std::max(counters_.peak_bytes, counters_.cached_bytes);
+      counters_.peak_entries = std::max(counters_.peak_entries, counters_.cached_entries);
+    }
+    if (!keepable) counters_.forwarded_frees += 1;
+  }
+  if (!keepable) return Outcome{forward(), Action::kForward, 0};
+  Release(victims);
+  return Outcome{kCudaSuccess, Action::kDeferred, 0};
+}
+
+int HostAllocCache::Invalidate(uintptr_t lo, uintptr_t hi, EvictReason reason) {
+  if (hi <= lo) return 0;
+  std::vector<Victim> victims;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    AwaitQuiet(lock, lo, hi);
+    auto it = blocks_.upper_bound(lo);
+    if (it != blocks_.begin()) --it;
+    for (; it != blocks_.end() && it->first < hi; ++it) {
+      if (it->second.state == State::kCached && it->first + Span(it->second.bytes) > lo) {
+        TakeVictim(it->first, it->second, reason, &victims);
+      }
+    }
+  }
+  return Release(victims);
+}
+
+int HostAllocCache::ForgetWhere(absl::FunctionRef<bool(const Block&)> matches) {
+  if (Abandoned()) return 0;
+  std::lock_guard<std::mutex> lock(mu_);
+  int forgotten = 0;
+  for (auto it = blocks_.begin(); it != blocks_.end();) {
+    Block& b = it->second;
+    // A release in progress finishes on its own (the driver answers it).
+    if (b.state == State::kReleasing || !matches(b)) {
+      ++it;
+      continue;
+    }
+    if (b.state == State::kCached) {
+      Uncache(it->first, b);
+      holding_.fetch_sub(1, std::memory_order_relaxed);
+      counters_.forgotten += 1;
+    }
+    forgotten += 1;
+    it = blocks_.erase(it);
+  }
+  return forgotten;
+}
+
+int HostAllocCache::ForgetContext(Context ctx) {
+  return ForgetWhere([&](const Block& b) { return b.ctx == ctx; });
+}
+
+int HostAllocCache::ForgetDevice(int device) {
+  return ForgetWhere([&](const Block& b) { return b.device == device; });
+}
+
+int HostAllocCache::ReleaseWhere(absl::FunctionRef<bool(const Block&)> matches,
+                                 EvictReason reason) {
+  if (Abandoned() || !MaybeHolds()) return 0;
+  std::vector<Victim> victims;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [base, b] : blocks_) {
+      if (b.state == State::kCached && matches(b)) TakeVictim(base, b, reason, &victims);
+    }
+  }
+  return Release(victims);
+}
+
+int HostAllocCache::CollectIdle(int64_t idle_ns) {
+  const int64_t before = driver_->NowNs() - idle_ns;
+  return ReleaseWhere([&](const Block& b) { return b.freed_at <= before; }, EvictReason::kIdle);
+}
+
+int HostAllocCache::ReleaseAll(EvictReason reason) {
+  return ReleaseWhere([](const Block&) { return true; }, reason);
+}
+
+HostAllocCounters HostAllocCache::Counters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return counters_;
+}
+
+}  // namespace lazypin
