@@ -14,6 +14,7 @@ what set-up costs the program there.
 on a GPU machine leave it out and pass the static-cudart app (testapps/seed).
 """
 import argparse
+import json
 import os
 import re
 import statistics
@@ -34,6 +35,16 @@ def first_register_ns(argv, env):
     return int(m.group(1))
 
 
+def first_call_record(directory):
+    """The first "call" record of the log written into `directory` (None if none)."""
+    for f in sorted(os.listdir(directory)):
+        with open(os.path.join(directory, f), errors="replace") as log:
+            for line in log:
+                if '"type":"call"' in line:
+                    return json.loads(line)
+    return None
+
+
 def quartiles(xs):
     q = statistics.quantiles(xs, n=4) if len(xs) > 1 else [xs[0]] * 3
     return q[0], statistics.median(xs), q[2]
@@ -45,6 +56,8 @@ def main():
     p.add_argument("--lib", default=os.path.join(BUILD, "shim", "liblazypin.so"))
     p.add_argument("--sim", nargs="?", const=os.path.join(BUILD, "simcuda"), default=None,
                    help="the simulated stack's directory (default: build/simcuda)")
+    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                   help="a variable for the lazypin runs (e.g. LAZYPIN_STACKS=0); repeatable")
     p.add_argument("app", nargs=argparse.REMAINDER)
     opts = p.parse_args()
     argv = opts.app or [os.path.join(BUILD, "testapps", "seed_shared")]
@@ -57,20 +70,38 @@ def main():
         envs = {"bare": base}
         for mode in ("log", "defer"):
             envs[mode] = dict(base, LD_PRELOAD=os.path.abspath(opts.lib), LAZYPIN_MODE=mode,
-                              LAZYPIN_SUMMARY="0", LAZYPIN_LOG=os.path.join(tmp, "lp-%p.jsonl"))
+                              LAZYPIN_SUMMARY="0", LAZYPIN_LOG=os.path.join(tmp, "lp-%p.jsonl"),
+                              **dict(kv.split("=", 1) for kv in opts.env))
         times = {name: [] for name in envs}
+        parts = {name: [] for name in envs if name != "bare"}
         for _ in range(opts.runs):
             for name, env in envs.items():
                 times[name].append(first_register_ns(argv, env))
-            for f in os.listdir(tmp):
-                os.unlink(os.path.join(tmp, f))
+                if name != "bare":
+                    first = first_call_record(tmp)
+                    if first is not None:
+                        parts[name].append((first["t_ns"], first["latency_ns"], times[name][-1]))
+                for f in os.listdir(tmp):
+                    os.unlink(os.path.join(tmp, f))
     bare = statistics.median(times["bare"])
-    print("first register of %s, %d runs each, interleaved (us: p25 / median / p75):"
-          % (os.path.basename(argv[0]), opts.runs))
+    print("first register of %s, %d runs each, interleaved (us: p25 / median / p75)%s:"
+          % (os.path.basename(argv[0]), opts.runs, " with " + " ".join(opts.env) if opts.env else ""))
     for name, xs in times.items():
         lo, mid, hi = quartiles(xs)
         extra = "" if name == "bare" else ", lazypin adds %.1f us" % ((mid - bare) / 1e3)
         print("  %-5s %10.1f / %10.1f / %10.1f%s" % (name, lo / 1e3, mid / 1e3, hi / 1e3, extra))
+    # The log's first call record splits lazypin's share: its t_ns counts from
+    # set-up's start to the call's end, its latency_ns is the driver's (or the
+    # pool's) part, so t_ns - latency_ns is set-up before the driver call, and
+    # the program's time minus t_ns is what follows it (the record, its stack).
+    print("lazypin's share, from the first call record (us, medians):")
+    for name, xs in parts.items():
+        if not xs:
+            continue
+        med = lambda v: statistics.median(v) / 1e3
+        print("  %-5s set-up before the driver call %8.1f, the driver call %8.1f, after it %8.1f"
+              % (name, med([t - l for t, l, _ in xs]), med([l for _, l, _ in xs]),
+                 med([a - t for t, _, a in xs])))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 #include <link.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <unwind.h>
 
@@ -59,7 +60,49 @@ std::string ExecutablePath() {
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
 }
 
+// PrepareEarly's scan, for the first CallSites.
+struct EarlyScan {
+  std::mutex mu;
+  bool done = false;
+  std::vector<std::pair<uintptr_t, uintptr_t>> objects;
+  std::string list;  // the `objects` record's list
+};
+EarlyScan& Early() {
+  static EarlyScan* scan = new EarlyScan;  // never destroyed
+  return *scan;
+}
+
+// One loaded object as the `objects` record lists it.
+void AppendObject(std::string* list, const dl_phdr_info* info, uintptr_t hi) {
+  const char* name = info->dlpi_name != nullptr ? info->dlpi_name : "";
+  const std::string path = *name != '\0' ? std::string(name) : ExecutablePath();
+  fmt::format_to(std::back_inserter(*list), R"({}{{"path":{},"base":"{:#x}","size":{}}})",
+                 list->empty() ? "" : ",", JsonString(path), info->dlpi_addr, hi - info->dlpi_addr);
+}
+
 }  // namespace
+
+void CallSites::PrepareEarly() {
+  EarlyScan& early = Early();
+  std::lock_guard<std::mutex> lock(early.mu);
+  if (early.done) return;
+  early.done = true;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* arg) {
+        auto* e = static_cast<EarlyScan*>(arg);
+        const auto [lo, hi] = Segments(info);
+        if (hi == 0) return 0;
+        for (const auto& o : e->objects) {
+          if (lo >= o.first && lo < o.second) return 0;
+        }
+        e->objects.push_back({lo, hi});
+        AppendObject(&e->list, info, hi);
+        return 0;
+      },
+      &early);
+  uintptr_t frames[kMaxFrames];
+  CaptureFrames(frames, kMaxFrames, 0, 0);  // the unwinder's first use, here
+}
 
 size_t CaptureFrames(uintptr_t* frames, size_t capacity, uintptr_t skip_lo, uintptr_t skip_hi) {
   if (capacity == 0) return 0;
@@ -101,14 +144,21 @@ int CallSites::Capture(Emit emit) {
 int CallSites::CaptureOnce(uint64_t key, Emit emit) {
   if (key != 0) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (keys_.empty()) keys_.resize(kKeys);
-    const KeySlot& slot = keys_[(key * 0x9e3779b97f4a7c15u) >> 52];
-    if (slot.key == key && slot.id != 0) return slot.id;
+    if (!keys_tried_) {
+      keys_tried_ = true;
+      void* p = mmap(nullptr, sizeof(KeySlot) * kKeys, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p != MAP_FAILED) keys_ = static_cast<KeySlot*>(p);
+    }
+    if (keys_ != nullptr) {  // else every call captures (below, without the lock)
+      const KeySlot& slot = keys_[(key * 0x9e3779b97f4a7c15u) >> 52];
+      if (slot.key == key && slot.id != 0) return slot.id;
+    }
   }
   const int id = Capture(emit);
   if (key != 0 && id != 0) {
     std::lock_guard<std::mutex> lock(mu_);
-    keys_[(key * 0x9e3779b97f4a7c15u) >> 52] = KeySlot{key, id};
+    if (keys_ != nullptr) keys_[(key * 0x9e3779b97f4a7c15u) >> 52] = KeySlot{key, id};
   }
   return id;
 }
@@ -119,7 +169,20 @@ int CallSites::Intern(const uintptr_t* frames, size_t count, std::string_view py
   uint64_t hash = HashFrames(frames, count);
   for (char c : python) hash = (hash ^ static_cast<unsigned char>(c)) * 0x100000001b3u;
   std::lock_guard<std::mutex> lock(mu_);
-  if (slots_.empty()) slots_.resize(kSlots);
+  if (!slots_tried_) {
+    slots_tried_ = true;
+    void* p = mmap(nullptr, sizeof(Slot) * kSlots, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p != MAP_FAILED) slots_ = static_cast<Slot*>(p);
+  }
+  if (slots_ == nullptr) return 0;
+  if (!adopted_) {  // PrepareEarly's scan: those objects are known, their record comes first
+    adopted_ = true;
+    EarlyScan& early = Early();
+    std::lock_guard<std::mutex> early_lock(early.mu);
+    for (const auto& [lo, hi] : early.objects) objects_.push_back({lo, hi});
+    if (!early.list.empty()) early_line_ = R"({"type":"objects","list":[)" + early.list + "]}";
+  }
   for (size_t probe = 0; probe < kSlots; ++probe) {
     Slot& slot = slots_[(hash + probe) & (kSlots - 1)];
     if (slot.count == 0) {
@@ -128,7 +191,11 @@ int CallSites::Intern(const uintptr_t* frames, size_t count, std::string_view py
       slot.count = static_cast<uint32_t>(count);
       std::copy(frames, frames + count, slot.frames);
       slot.id = static_cast<int>(++used_);
-      slot.python = std::string(python);
+      if (!early_line_.empty()) {  // the early scan's objects, before the first stack
+        emit(early_line_);
+        std::string().swap(early_line_);
+      }
+      slot.python = python.empty() ? nullptr : new std::string(python);
       bool all_known = true;
       for (size_t i = 0; i < count && all_known; ++i) all_known = Known(frames[i]);
       if (!all_known) {
@@ -145,7 +212,8 @@ int CallSites::Intern(const uintptr_t* frames, size_t count, std::string_view py
       emit(line);
       return slot.id;
     }
-    if (slot.hash == hash && slot.count == count && slot.python == python &&
+    if (slot.hash == hash && slot.count == count &&
+        (slot.python != nullptr ? std::string_view(*slot.python) : std::string_view()) == python &&
         std::equal(frames, frames + count, slot.frames)) {
       return slot.id;
     }
@@ -171,11 +239,7 @@ std::string CallSites::NewObjectsLine() {
         const auto [lo, hi] = Segments(info);
         if (hi == 0 || s->self->Known(lo)) return 0;
         s->self->objects_.push_back({lo, hi});
-        const char* name = info->dlpi_name != nullptr ? info->dlpi_name : "";
-        const std::string path = *name != '\0' ? std::string(name) : ExecutablePath();
-        fmt::format_to(std::back_inserter(s->list), R"({}{{"path":{},"base":"{:#x}","size":{}}})",
-                       s->list.empty() ? "" : ",", JsonString(path), info->dlpi_addr,
-                       hi - info->dlpi_addr);
+        AppendObject(&s->list, info, hi);
         return 0;
       },
       &scan);

@@ -48,6 +48,14 @@ class CallSites {
   using Emit = absl::FunctionRef<void(std::string_view line)>;
   int Capture(Emit emit);
 
+  // Before any CallSites exists, from a path that precedes the program's
+  // first registration (cudart's set-up): scans the objects loaded now and
+  // unwinds the calling thread once, so that the first Capture (inside the
+  // program's first call) finds them scanned and the unwinder warm. The
+  // first CallSites adopts the scan: its `objects` record is emitted before
+  // its first stack. Thread-safe; once.
+  static void PrepareEarly();
+
   // Capture() once per `key` (a call's API, address and size): a later call
   // with the same key gets the id its first one got, without unwinding
   // (about 100-250 ns a frame). A key's slot taken by another key captures
@@ -65,11 +73,11 @@ class CallSites {
   struct Object {
     uintptr_t lo, hi;  // [lo, hi): its loaded segments
   };
-  struct Slot {
-    uint64_t hash = 0;
-    uint32_t count = 0;  // 0: empty
-    int id = 0;
-    std::string python;
+  struct Slot {  // all zero: empty
+    uint64_t hash;
+    uint32_t count;  // 0: empty
+    int id;
+    const std::string* python;  // null: none (never freed: at most kSlots)
     uintptr_t frames[kMaxFrames];
   };
   bool Known(uintptr_t pc) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -84,12 +92,21 @@ class CallSites {
 
   const void* const own_code_;
   std::mutex mu_;
-  std::vector<KeySlot> keys_ ABSL_GUARDED_BY(mu_);  // kKeys, made on first use
+  // kKeys, a zeroed anonymous mapping made on first use (as slots_); null:
+  // the mapping failed, every call captures.
+  KeySlot* keys_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool keys_tried_ ABSL_GUARDED_BY(mu_) = false;
   bool own_known_ ABSL_GUARDED_BY(mu_) = false;
   std::pair<uintptr_t, uintptr_t> own_ ABSL_GUARDED_BY(mu_) = {0, 0};
-  std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);  // kSlots, made on first use
+  // kSlots, a zeroed anonymous mapping made on first use and touched only as
+  // slots fill (no 576 KiB of page faults in the first call's record);
+  // never unmapped (null: the mapping failed, no stack gets an id).
+  Slot* slots_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool slots_tried_ ABSL_GUARDED_BY(mu_) = false;
   size_t used_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Object> objects_ ABSL_GUARDED_BY(mu_);
+  bool adopted_ ABSL_GUARDED_BY(mu_) = false;  // PrepareEarly's scan taken over
+  std::string early_line_ ABSL_GUARDED_BY(mu_);  // its `objects` record, until emitted
 };
 
 }  // namespace lazypin

@@ -3,6 +3,7 @@
 
 #include <linux/futex.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -26,9 +27,22 @@ int64_t MonotonicMs() {
 
 }  // namespace
 
+Collector::Slot* Collector::ZeroedSlots() {
+  void* p = mmap(nullptr, sizeof(Slot) * kSlots, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return new Slot[kSlots];  // never unmapped nor deleted: the collector stays
+  return static_cast<Slot*>(p);
+}
+
 Collector::Collector(Pool* pool, int64_t idle_ms, FreeFn real_free, FreeBounds bounds,
                      const CaptureTracker* captures, HostAllocCache* host_cache)
-    : pool_(pool), host_cache_(host_cache), idle_ms_(idle_ms), real_free_(real_free), bounds_(bounds), captures_(captures) {
+    : pool_(pool),
+      host_cache_(host_cache),
+      idle_ms_(idle_ms),
+      real_free_(real_free),
+      bounds_(bounds),
+      slots_(ZeroedSlots()),
+      captures_(captures) {
   thread_ = StartThreadWithSignalsBlocked([this] { Run(); });
 }
 
@@ -103,7 +117,8 @@ void Collector::FinishFrees() {
   // was published, then a Wake): nothing new to take until `handed_` moves.
   if (upto == scanned_upto_) return;
   scanned_upto_ = upto;
-  for (Slot& slot : slots_) {
+  for (size_t i = 0; i < kSlots; ++i) {
+    Slot& slot = slots_[i];
     const uintptr_t address = slot.block.load(std::memory_order_acquire);
     if (address <= kClaimed) continue;  // free, or a HandOver still filling it (a later ticket)
     const size_t bytes = slot.bytes.load(std::memory_order_relaxed);
@@ -145,7 +160,16 @@ void Collector::Run() {
   free(malloc(64));
   const int64_t period_ms = std::clamp<int64_t>(idle_ms_ / 4, 10, 1000);
   int64_t next_collect_ms = MonotonicMs() + period_ms;
+  // The pool's filter tables are faulted in here, not by the program's first
+  // deferrals; 10 ms after the start, not beside the program's first call
+  // (which set lazypin up and is still registering).
+  const int64_t prefault_ms = MonotonicMs() + 10;
+  bool prefaulted = false;
   while (!stopping_.load(std::memory_order_acquire)) {
+    if (!prefaulted && MonotonicMs() >= prefault_ms) {
+      pool_->Prefault();
+      prefaulted = true;
+    }
     const uint32_t seq = wake_seq_.load(std::memory_order_acquire);
     const uint64_t seen_handed = handed_.load(std::memory_order_acquire);
     if (PostponedForCapture(MonotonicMs())) {
@@ -172,6 +196,7 @@ void Collector::Run() {
       }
       wait_ms = std::max<int64_t>(next_collect_ms - now_ms, 1);
     }
+    if (!prefaulted) wait_ms = std::min<int64_t>(wait_ms, 10);
     if (handed_.load(std::memory_order_acquire) != seen_handed) continue;  // more came meanwhile
     if (release_asked_.load(std::memory_order_acquire) !=
         release_done_.load(std::memory_order_relaxed)) {

@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <thread>
 
+#include "thread_state.h"
+
 namespace lazypin {
 
 class Pool;
@@ -90,6 +92,7 @@ class Collector {
     std::atomic<size_t> bytes{0};
   };
   static constexpr uintptr_t kClaimed = 1;
+  static Slot* ZeroedSlots();
   void Run();
   // True while releases wait for a capture in progress to end (within the bound).
   bool PostponedForCapture(int64_t now_ms);
@@ -101,7 +104,10 @@ class Collector {
   const int64_t idle_ms_;
   const FreeFn real_free_;
   const FreeBounds bounds_;
-  Slot slots_[kSlots];
+  // kSlots slots in a zeroed anonymous mapping (zero is the empty slot),
+  // touched only as they are used: none is written when the collector is made
+  // (inside the program's first call).
+  Slot* const slots_;
   std::atomic<size_t> next_slot_{0};  // where the next HandOver starts looking
   const CaptureTracker* const captures_;
   int64_t postponed_since_ms_ = 0;  // the collector thread's: 0 when no capture was seen
@@ -116,7 +122,7 @@ class Collector {
   std::atomic<uint32_t> release_asked_{0};
   std::atomic<uint32_t> release_done_{0};
   std::atomic<bool> stopping_{false};
-  std::thread thread_;
+  LazypinThread thread_;
 };
 
 }  // namespace lazypin

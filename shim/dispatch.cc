@@ -19,10 +19,11 @@ RegisterRequest Dispatch::Request(const ProgramCall& call, Context ctx) {
   return request;
 }
 
-void Dispatch::Record(const ProgramCall& call, const Outcome& outcome, int64_t latency_ns) {
+void Dispatch::Record(const ProgramCall& call, const Outcome& outcome, int64_t t0) {
+  const int64_t end = env_->NowNs();
   ScopedInsideLazypin inside;
-  env_->Record(CallRecord{call, outcome.result, latency_ns, outcome.action, outcome.evicted,
-                          outcome.reason});
+  env_->Record(CallRecord{call, outcome.result, end - t0, outcome.action, outcome.evicted,
+                          outcome.reason, end});
 }
 
 bool Dispatch::WaitBeforeDefer(Context ctx) {
@@ -94,7 +95,7 @@ int Dispatch::Runtime(const ProgramCall& call, absl::FunctionRef<int()> real) {
     outcome = frame.outcome;
     outcome.result = result;  // cudart's answer, whatever the driver said
   }
-  Record(call, outcome, env_->NowNs() - t0);
+  Record(call, outcome, t0);
   return outcome.result;
 }
 
@@ -113,7 +114,7 @@ int Dispatch::Driver(const ProgramCall& call, absl::FunctionRef<int()> real) {
   env_->CallStarts(call);
   const int64_t t0 = env_->NowNs();
   const Outcome outcome = Act(call, real, RuntimeFrame::Wait::kNotYet);
-  Record(call, outcome, env_->NowNs() - t0);
+  Record(call, outcome, t0);
   return outcome.result;
 }
 

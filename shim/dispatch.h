@@ -43,6 +43,7 @@ struct CallRecord {
   Action action;
   int evicted;
   PassReason reason;  // with kPassthrough: why
+  int64_t end_ns = 0;  // DispatchEnv::NowNs() when the call returned (the second of its two clock reads)
 };
 
 class DispatchEnv {
@@ -59,6 +60,8 @@ class DispatchEnv {
   virtual bool CaptureForbidsDeferral() = 0;
   // Exactly once per program call: CallStarts before anything else, Record
   // after it returned from the driver or the pool (calls of one thread nest).
+  // The call reads the clock twice (NowNs: when it began, and
+  // record.end_ns); Record should read it no more.
   virtual void CallStarts(const ProgramCall& call) {}
   virtual void Record(const CallRecord& record) = 0;
   // Waits, on the calling thread, for the work in flight in `ctx` (the
@@ -146,7 +149,7 @@ class Dispatch {
   bool WaitBeforeDefer(Context ctx);
   void SynchronizeIfDeferred(uintptr_t lo, uintptr_t hi, void* stream);
   RegisterRequest Request(const ProgramCall& call, Context ctx);
-  void Record(const ProgramCall& call, const Outcome& outcome, int64_t latency_ns);
+  void Record(const ProgramCall& call, const Outcome& outcome, int64_t t0);
   Outcome HostAct(const ProgramCall& call, void** out, absl::FunctionRef<int()> real);
   // Any call on [lo, hi) other than a host allocation's own: cached (freed)
   // host blocks there are really freed first, so the driver answers as for

@@ -54,7 +54,7 @@ int Dispatch::HostRuntime(const ProgramCall& call, void** out, absl::FunctionRef
   outcome.result = result;  // cudart's answer, whatever the driver said
   ProgramCall recorded = call;
   if (IsHostAlloc(call.api)) recorded.ptr = result == kCudaSuccess && out != nullptr ? *out : nullptr;
-  Record(recorded, outcome, env_->NowNs() - t0);
+  Record(recorded, outcome, t0);
   return result;
 }
 
@@ -76,7 +76,7 @@ int Dispatch::HostDriver(const ProgramCall& call, void** out, absl::FunctionRef<
   if (IsHostAlloc(call.api)) {
     recorded.ptr = outcome.result == kCudaSuccess && out != nullptr ? *out : nullptr;
   }
-  Record(recorded, outcome, env_->NowNs() - t0);
+  Record(recorded, outcome, t0);
   return outcome.result;
 }
 

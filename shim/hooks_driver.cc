@@ -9,12 +9,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <stdlib.h>
+
+#include <atomic>
 #include <climits>
 
 // Every versioned name (cuMemHostRegister and cuMemHostRegister_v2 alike)
 // must stay itself here, not be renamed by cuda.h's #defines.
 #define __CUDA_API_VERSION_INTERNAL 1
 #include "auto_pin.h"
+#include "callsite.h"
 #include "capture.h"
 #include "cuda.h"
 #include "dispatch.h"
@@ -590,6 +594,26 @@ const HookEntry* FindByName(const char* name) {
   return nullptr;
 }
 
+// cudart (or a program) is asking the driver's getter for its entry points:
+// CUDA is being set up, before the program's first registration (not from a
+// library constructor, unlike dlsym, so no loader lock is held here). lazypin's threads start
+// here (spares, see PrepareSpareThreads), so that its own set-up, inside that
+// first registration, starts none. As many as the mode will want: the log's
+// writer; deferring, also the collector and the kernel watch's reader.
+void PrepareThreadsEarly() {
+  static std::atomic<bool> done{false};
+  if (done.load(std::memory_order_relaxed) || done.exchange(true)) return;
+  if (PublishedState() != nullptr) return;  // set up already: its threads run
+  const char* mode = getenv("LAZYPIN_MODE");
+  if (mode != nullptr && strcmp(mode, "off") == 0) return;
+  PrepareSpareThreads(mode != nullptr && strcmp(mode, "defer") == 0 ? 3 : 1);
+  PrepareSetUpEarly();
+  // The call sites' scan of the loaded objects and the unwinder's first use,
+  // here too (callsite.h), unless stacks are off.
+  const char* stacks = getenv("LAZYPIN_STACKS");
+  if (stacks == nullptr || strcmp(stacks, "0") != 0) CallSites::PrepareEarly();
+}
+
 void* DlsymHooked(void* handle, const char* symbol, const HookEntry& entry) {
   void* fn = real::Dlsym()(handle, symbol);
   if (fn == nullptr && handle == RTLD_DEFAULT) {
@@ -604,6 +628,7 @@ void* DlsymHooked(void* handle, const char* symbol, const HookEntry& entry) {
 
 void SwapForHook(const char* symbol, int version, uint64_t flags, void** pfn) {
   if (symbol == nullptr || pfn == nullptr || *pfn == nullptr || IsOurs(*pfn)) return;
+  PrepareThreadsEarly();
   const HookEntry::Stream stream = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)
                                        ? HookEntry::Stream::kPerThread
                                        : HookEntry::Stream::kLegacy;

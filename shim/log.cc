@@ -13,6 +13,8 @@
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/futex.h>
+#include <sched.h>
 
 #include <chrono>
 #include <cstring>
@@ -39,6 +41,19 @@ struct open_how {
 
 namespace lazypin {
 namespace {
+
+int64_t MonotonicNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+void FutexWait(std::atomic<uint32_t>* word, uint32_t seen, int64_t timeout_ns) {
+  struct timespec timeout = {timeout_ns / 1000000000, timeout_ns % 1000000000};
+  syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, seen, &timeout, nullptr, 0);
+}
+void FutexWake(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+}
 
 // write(2) all of `data`; false with errno set on failure. Never lets the
 // file grow past RLIMIT_FSIZE: the kernel would send SIGXFSZ to the whole
@@ -267,7 +282,7 @@ std::unique_ptr<Log> Log::Open(const std::string& path, std::string* error) {
     return nullptr;
   }
   if (!file.message.empty()) fprintf(stderr, "%s\n", file.message.c_str());
-  std::unique_ptr<Log> log(new Log(path));
+  std::unique_ptr<Log> log(new Log(path, nullptr));
   log->Adopt(file.fd, std::move(file.path));
   log->file_state_.store(kWriting, std::memory_order_release);
   if (!log->StartWriter(nullptr)) {
@@ -277,8 +292,8 @@ std::unique_ptr<Log> Log::Open(const std::string& path, std::string* error) {
   return log;
 }
 
-std::unique_ptr<Log> Log::Deferred(std::string path) {
-  return std::unique_ptr<Log>(new Log(std::move(path)));
+std::unique_ptr<Log> Log::Deferred(std::string path, Formatter format) {
+  return std::unique_ptr<Log>(new Log(std::move(path), std::move(format)));
 }
 
 bool Log::Start(Preamble preamble) {
@@ -289,10 +304,12 @@ bool Log::Start(Preamble preamble) {
 
 bool Log::StartWriter(Preamble preamble) {
   try {
+    writer_running_.store(true, std::memory_order_release);
     writer_ = StartThreadWithSignalsBlocked(
         [this, preamble = std::move(preamble)]() mutable { RunWriter(std::move(preamble)); });
     return true;
   } catch (const std::system_error&) {
+    writer_running_.store(false, std::memory_order_release);
     return false;
   }
 }
@@ -306,108 +323,153 @@ void Log::Adopt(int fd, std::string path) {
   path_ = std::move(path);
 }
 
-void Log::GiveUp() {
-  std::lock_guard<std::mutex> lock(batch_mu_);
-  file_state_.store(kGaveUp, std::memory_order_release);
-  std::string().swap(batch_);
-}
+void Log::GiveUp() { file_state_.store(kGaveUp, std::memory_order_release); }
 
 void Log::RunWriter(Preamble preamble) {
+  // The file is created once the first record is there: the set-up runs
+  // inside the program's first call, which makes that record as it returns,
+  // so that the file's creation (and the header's reads of /proc) never
+  // competes with that call.
+  while (ring_.pushed() == 0 && !stop_writer_.load(std::memory_order_acquire)) {
+    FutexWait(&wake_, wake_.load(std::memory_order_acquire), 1000000);
+  }
   if (file_state_.load(std::memory_order_acquire) == kCreating) {
     CreatedLogFile file = CreateLogFile(path_);
     if (!file.message.empty()) fprintf(stderr, "%s\n", file.message.c_str());
     if (file.fd < 0) {
-      GiveUp();
-      return;
-    }
-    Adopt(file.fd, std::move(file.path));
-    // The preamble goes first: nothing else writes before kWriting.
-    if (preamble) {
-      for (const std::string& line : preamble(path_)) {
-        if (!WriteLine(line)) break;
+      GiveUp();  // the records are still taken (and counted by the Formatter)
+    } else {
+      Adopt(file.fd, std::move(file.path));
+      // The preamble goes first: nothing else writes before kWriting.
+      if (preamble) {
+        for (const std::string& line : preamble(path_)) {
+          if (!WriteLine(line)) break;
+        }
       }
+      file_state_.store(kWriting, std::memory_order_release);
     }
-    file_state_.store(kWriting, std::memory_order_release);
   }
-  std::unique_lock<std::mutex> lock(writer_mu_);
-  while (!writer_wake_.wait_for(lock, std::chrono::milliseconds(10),
-                                [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stop_writer_; })) {
-    lock.unlock();
-    Flush();
-    lock.lock();
+  for (int round = 0;; ++round) {
+    const uint32_t seen = wake_.load(std::memory_order_acquire);
+    wake_pending_.store(false, std::memory_order_relaxed);
+    Drain();
+    // From the second round (10 ms on), the rest of the ring's first lap
+    // takes no page fault in a caller.
+    if (round == 1) ring_.Prefault();
+    if (stop_writer_.load(std::memory_order_acquire)) break;
+    FutexWait(&wake_, seen, 10000000);
   }
+  Drain();
+  writer_running_.store(false, std::memory_order_release);
+}
+
+void Log::Wake() {
+  if (wake_pending_.exchange(true, std::memory_order_relaxed)) return;
+  wake_.fetch_add(1, std::memory_order_release);
+  FutexWake(&wake_);
 }
 
 void Log::Write(std::string_view line) {
   if (closed_.load(std::memory_order_acquire)) return;
-  std::lock_guard<std::mutex> lock(batch_mu_);
-  // Close() took the lock first, or the file could not be created.
-  if (closed_.load(std::memory_order_relaxed) ||
-      file_state_.load(std::memory_order_relaxed) == kGaveUp) {
-    return;
-  }
-  if (batch_.capacity() == 0) batch_.reserve(1 << 16);
-  batch_.append(line.data(), line.size());
-  batch_.push_back('\n');
+  LogEntry entry;
+  entry.kind = LogEntry::Kind::kText;
+  entry.text = new std::string(line);
+  if (ring_.TryPush(entry) == 0) PushSlow(entry);
 }
 
-void Log::Flush() {
-  std::string chunk;
-  {
-    std::lock_guard<std::mutex> lock(batch_mu_);
-    if (batch_.empty()) return;
-    chunk.reserve(1 << 16);
-    chunk.swap(batch_);
-    queued_.fetch_add(1, std::memory_order_relaxed);
+void Log::PushSlow(const LogEntry& entry) {
+  // The ring is full: the writer is behind (or not there yet). Wait for it,
+  // at most 50 ms, then drop the record and count it.
+  const int64_t deadline = MonotonicNs() + 50000000;
+  for (int spins = 0; writer_running_.load(std::memory_order_acquire); ++spins) {
+    wake_pending_.store(false, std::memory_order_relaxed);
+    Wake();
+    if (ring_.TryPush(entry) != 0) return;
+    if (MonotonicNs() > deadline) break;
+    if (spins < 64) {
+      sched_yield();
+    } else {
+      struct timespec pause = {0, 100000};
+      nanosleep(&pause, nullptr);
+    }
   }
-  if (failed_errno_.load(std::memory_order_relaxed) == 0 &&
-      !WriteAll(fd_, chunk.data(), chunk.size(), &offset_, size_limit_)) {
-    failed_errno_.store(errno == 0 ? EIO : errno, std::memory_order_relaxed);
+  if (entry.kind == LogEntry::Kind::kText) delete entry.text;
+  dropped_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Log::Drain() {
+  const bool writing = file_state_.load(std::memory_order_acquire) == kWriting;
+  if (file_state_.load(std::memory_order_acquire) == kCreating) return;  // kept until the file exists
+  if (chunk_.capacity() == 0) chunk_.reserve(1 << 16);
+  auto flush = [&] {
+    if (!chunk_.empty() && writing && failed_errno_.load(std::memory_order_relaxed) == 0 &&
+        !WriteAll(fd_, chunk_.data(), chunk_.size(), &offset_, size_limit_)) {
+      failed_errno_.store(errno == 0 ? EIO : errno, std::memory_order_relaxed);
+    }
+    chunk_.clear();
+  };
+  auto add = [&](std::string_view line) {
+    if (!writing) return;
+    chunk_.append(line.data(), line.size());
+    chunk_.push_back('\n');
+    if (chunk_.size() >= (1 << 16) - 1024) flush();
+  };
+  LogEntry entry;
+  while (ring_.Pop(&entry)) {
+    if (entry.kind == LogEntry::Kind::kText) {
+      add(*entry.text);
+      delete entry.text;
+    } else if (format_) {
+      line_.clear();
+      format_(entry, &line_);
+      add(line_);
+    }
   }
-  written_.fetch_add(1, std::memory_order_release);
+  const uint64_t dropped = dropped_.load(std::memory_order_relaxed);
+  if (dropped != dropped_reported_ && format_) {
+    LogEntry note;
+    note.kind = LogEntry::Kind::kDropped;
+    note.bytes = dropped - dropped_reported_;
+    dropped_reported_ = dropped;
+    line_.clear();
+    format_(note, &line_);
+    add(line_);
+  }
+  flush();
+  written_upto_.store(ring_.popped(), std::memory_order_release);
 }
 
 void Log::Close(std::string_view last_line) {
+  const std::string line(last_line);
+  Close([&line] { return line; });
+}
+
+void Log::Close(const std::function<std::string()>& last_line) {
   // Drain, but keep the object alive: other threads may still be in Write()
   // while the process exits.
-  {
-    // Under the batch's lock, so that no other thread's record follows the last line.
-    std::lock_guard<std::mutex> lock(batch_mu_);
-    if (closed_.exchange(true)) return;
-    if (file_state_.load(std::memory_order_relaxed) != kGaveUp) {
-      batch_.append(last_line.data(), last_line.size());
-      if (!last_line.empty()) batch_.push_back('\n');
-    }
-  }
-  {
-    std::lock_guard<std::mutex> lock(writer_mu_);
-    stop_writer_ = true;
-  }
-  writer_wake_.notify_all();
+  std::lock_guard<std::mutex> lock(close_mu_);
+  if (closed_.exchange(true)) return;
+  stop_writer_.store(true, std::memory_order_release);
+  wake_.fetch_add(1, std::memory_order_release);
+  FutexWake(&wake_);
   if (writer_.joinable()) writer_.join();  // the file exists (or never will) after this
-  if (file_state_.load(std::memory_order_acquire) == kWriting) Flush();
+  // This thread is the consumer now: what was written while the writer
+  // stopped, or everything when no writer could be started.
+  if (file_state_.load(std::memory_order_acquire) == kCreating) GiveUp();
+  Drain();
+  if (file_state_.load(std::memory_order_acquire) != kWriting) return;
+  const std::string last = last_line();
+  if (!last.empty()) WriteLine(last);
 }
 
 void Log::DrainFromSignal(int timeout_ms) {
-  WaitDrained(timeout_ms);
-  if (file_state_.load(std::memory_order_acquire) != kWriting) return;
-  // Only if no thread was interrupted while adding to the batch.
-  if (batch_mu_.try_lock()) {
-    if (!batch_.empty()) {
-      batch_.pop_back();
-      WriteDirect(batch_);
-      batch_.clear();
-    }
-    batch_mu_.unlock();
-  }
-}
-
-void Log::WaitDrained(int timeout_ms) const {
+  const uint64_t target = ring_.pushed();
+  wake_.fetch_add(1, std::memory_order_release);
+  FutexWake(&wake_);
   for (int i = 0; i < timeout_ms; ++i) {
-    if (file_state_.load(std::memory_order_acquire) != kCreating &&
-        written_.load(std::memory_order_acquire) >= queued_.load(std::memory_order_relaxed)) {
-      return;
-    }
+    const int state = file_state_.load(std::memory_order_acquire);
+    if (state == kGaveUp || !writer_running_.load(std::memory_order_acquire)) return;
+    if (state == kWriting && written_upto_.load(std::memory_order_acquire) >= target) return;
     struct timespec ms = {0, 1000000};
     nanosleep(&ms, nullptr);
   }

@@ -1,7 +1,12 @@
 // log: the JSON Lines file (docs/log-format.md). A calling thread only
-// appends its record to a batch under a short lock (no allocation in the
-// common case, no wake-up of another thread); one writer thread of lazypin's
-// writes the batch to the file every 10 ms. Owns: creating the file safely
+// copies its record, a fixed-size LogEntry, into a lock-free ring (LogRing:
+// no lock, no allocation, no system call, no formatting); one writer thread
+// of lazypin's takes the records in order every 10 ms (sooner when the ring
+// is half full), has them formatted (and counted: the Formatter keeps the
+// statistics, so that they cost the caller nothing either) and writes them.
+// A full ring makes the caller wait for the writer, at most 50 ms; past that
+// the record is dropped and counted, and the writer writes how many were
+// dropped (a Kind::kDropped entry handed to the Formatter). Owns: creating the file safely
 // (no link followed, nothing existing ever opened, no open that can block),
 // the log's default name, the writer thread, draining at exit and on
 // signals, and giving up cleanly (one message) when the file cannot be
@@ -14,6 +19,8 @@
 #include <string>
 #include <thread>
 
+#include "thread_state.h"
+
 #include <condition_variable>
 #include <mutex>
 #include <functional>
@@ -21,6 +28,8 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "log_entry.h"
+#include "log_ring.h"
 
 namespace lazypin {
 
@@ -70,6 +79,13 @@ CreatedLogFile CreateLogFile(const std::string& path,
 
 class Log {
  public:
+  // Turns a binary entry into its line, on the writer thread, in order. Also
+  // called with a Kind::kDropped entry (`bytes`: how many records were
+  // dropped since the last such entry), and for records that are not written
+  // (no file): the caller may count them there.
+  // The line goes into `line` (empty on entry, no newline).
+  using Formatter = std::function<void(const LogEntry& entry, std::string* line)>;
+
   // Creates a new log file at `path` (CreateLogFile's policy) and starts the
   // writer. On failure returns null and sets `error` to one line saying why.
   // When the name was taken, the log goes to a suffixed name (path() says
@@ -78,7 +94,7 @@ class Log {
 
   // A log whose file is created later, by Start(): no file, no thread yet.
   // Records written meanwhile are kept in memory.
-  static std::unique_ptr<Log> Deferred(std::string path);
+  static std::unique_ptr<Log> Deferred(std::string path, Formatter format);
   // The lines a log starts with (the header, warnings), made by the writer
   // thread once the file exists; `path` is the name it was created under.
   using Preamble = std::function<std::vector<std::string>(const std::string& path)>;
@@ -89,14 +105,22 @@ class Log {
   // (then records are dropped too).
   bool Start(Preamble preamble);
 
-  // Adds one record (no newline) to the batch.
+  // Adds one record: a binary entry (the hot path: a copy into the ring) or a
+  // line (no newline; copied to the heap: rare records only).
+  void Write(const LogEntry& entry) {
+    if (closed_.load(std::memory_order_acquire)) return;
+    const uint64_t pos = ring_.TryPush(entry);
+    if (pos == 0) return PushSlow(entry);
+    if ((pos & (LogRing::kSlots / 2 - 1)) == 0) Wake();  // every half ring: the writer hurries
+  }
   void Write(std::string_view line);
-  // Waits for the file's creation, adds `last_line` (if any) as the last
-  // record, writes everything, and drops any later Write(). Idempotent.
+  // Waits for the file's creation and for the writer to take every record,
+  // adds `last_line()` (made then, after the Formatter saw every record) as
+  // the last record, writes everything, and drops any later Write(). Idempotent.
+  void Close(const std::function<std::string()>& last_line);
   void Close(std::string_view last_line = {});
-  // From a signal handler: waits up to `timeout_ms` for the file to exist and
-  // the writer to catch up, then writes the batch directly if no thread is
-  // adding to it.
+  // From a signal handler: wakes the writer and waits up to `timeout_ms` for
+  // the file to exist and the writer to have written every record made so far.
   void DrainFromSignal(int timeout_ms);
   // Writes one line directly, bypassing the batch (signal handlers, after
   // Close); dropped while the file does not exist.
@@ -112,30 +136,36 @@ class Log {
 
  private:
   enum FileState : int { kCreating, kWriting, kGaveUp };
-  explicit Log(std::string path) : path_(std::move(path)) {}
+  Log(std::string path, Formatter format) : path_(std::move(path)), format_(std::move(format)) {}
   bool StartWriter(Preamble preamble);  // false: no thread
   void Adopt(int fd, std::string path);  // the created file (the caller then sets kWriting)
-  void GiveUp();                         // no file: kGaveUp, the batch dropped
+  void GiveUp();                         // no file: kGaveUp, records formatted and dropped
   void RunWriter(Preamble preamble);     // the writer thread's body
-  void Flush();                          // writes the batch
+  void Drain();                          // the consumer: takes, formats and writes every record
+  void PushSlow(const LogEntry& entry);  // the ring is full
+  void Wake();                           // the writer looks now
   bool WriteLine(std::string_view data); // `data` and a newline, to the file
-  void WaitDrained(int timeout_ms) const;
 
   int fd_ = -1;  // set once, before file_state_ becomes kWriting
   std::string path_;
   std::atomic<int> file_state_{kCreating};
-  std::atomic<uint64_t> queued_{0};   // batches taken by Flush
-  std::atomic<uint64_t> written_{0};  // batches Flush finished writing
+  std::atomic<uint64_t> written_upto_{0};  // records taken and written (or dropped: no file)
+  std::atomic<uint64_t> dropped_{0};       // records the full ring refused
+  uint64_t dropped_reported_ = 0;          // the consumer's: dropped_ at its last kDropped
+  std::atomic<bool> writer_running_{false};
+  std::atomic<bool> stop_writer_{false};
+  std::atomic<uint32_t> wake_{0};           // futex: the writer sleeps on it
+  std::atomic<bool> wake_pending_{false};   // a Wake() since the writer last looked
+  std::string chunk_;                       // the consumer's output buffer
+  std::string line_;                        // the consumer's: one formatted record
   std::atomic<int> failed_errno_{0};
   std::atomic<uint64_t> offset_{0};
   uint64_t size_limit_ = ~uint64_t{0};
   std::atomic<bool> closed_{false};
-  std::mutex batch_mu_;
-  std::string batch_ ABSL_GUARDED_BY(batch_mu_);
-  std::mutex writer_mu_;
-  std::condition_variable writer_wake_;
-  bool stop_writer_ ABSL_GUARDED_BY(writer_mu_) = false;
-  std::thread writer_;
+  const Formatter format_;
+  std::mutex close_mu_;  // Close() once
+  LogRing ring_;
+  LazypinThread writer_;
 };
 
 }  // namespace lazypin

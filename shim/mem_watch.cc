@@ -198,8 +198,10 @@ MemWatch::MemWatch(int fd, int stop_fd, MemWatchOptions options, size_t max_runs
       max_runs_(max_runs),
       ring_(new Event[options.ring_capacity]),
       ring_capacity_(options.ring_capacity) {
-  reader_ = StartThreadWithSignalsBlocked([this] { ReaderLoop(); });
-  pthread_setname_np(reader_.native_handle(), "lazypin-watch");
+  reader_ = StartThreadWithSignalsBlocked([this] {
+    pthread_setname_np(pthread_self(), "lazypin-watch");
+    ReaderLoop();
+  });
 }
 
 MemWatch::~MemWatch() {

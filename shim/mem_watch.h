@@ -29,6 +29,8 @@
 #include <string>
 #include <thread>
 
+#include "thread_state.h"
+
 #include "absl/base/thread_annotations.h"
 #include "absl/container/btree_map.h"
 #include "absl/functional/function_ref.h"
@@ -143,7 +145,7 @@ class MemWatch {
 
   std::atomic<uint64_t> events_{0}, overflows_{0}, unexpected_{0};
   std::atomic<bool> abandoned_{false};
-  std::thread reader_;
+  LazypinThread reader_;
 };
 
 }  // namespace lazypin

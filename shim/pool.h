@@ -239,6 +239,12 @@ class Pool {
   bool Abandoned() const { return abandoned_.load(std::memory_order_relaxed); }
 
   PoolCounters Counters() const;
+  // Faults the lock-free filters' tables in, so that the first deferrals
+  // take no page fault there. For a thread of lazypin's (the collector).
+  void Prefault() {
+    filter_.Prefault();
+    in_use_filter_.Prefault();
+  }
 
   // Freed blocks that come back (see ReuseHooks). Call before the pool is shared.
   void EnableReuse(ReuseHooks hooks);

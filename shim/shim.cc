@@ -79,6 +79,18 @@ std::string ReadSmallFile(const char* path) {
 
 void Publish(const ShimState* state) { __atomic_store_n(&g_state, state, __ATOMIC_RELEASE); }
 
+// Deferring set-up done before the program's first registration
+// (PrepareSetUpEarly), for Init to take in the same process.
+struct EarlySetUp {
+  pid_t pid = 0;
+  bool self_test_ok = false;
+  std::string self_test_failed;
+  bool watch_tried = false;          // MemWatch::Open was called (else Init calls it)
+  MemWatch* watch = nullptr;         // its result, until Init takes it
+  std::string watch_reason;
+};
+EarlySetUp* g_early = nullptr;  // published once (release), never freed
+
 
 class Shim;
 Shim* g_shim = nullptr;  // set once, before Init() publishes the first state
@@ -175,8 +187,12 @@ class Shim final : public DispatchEnv, public PoolObserver, public HostAllocObse
  private:
   int64_t SinceStart() const { return MonotonicNs() - start_mono_ns_; }
   std::string HeaderLine(const std::string& log_path);
+  // The log's Formatter (on its writer thread): counts the record in the
+  // statistics, then formats it.
+  void FormatEntry(const LogEntry& entry, std::string* line);
   // Opens the kernel watch as LAZYPIN_WATCH asks; false when it is required and cannot be had.
-  bool OpenWatch();
+  // `early`: what PrepareSetUpEarly did in this process, or null.
+  bool OpenWatch(EarlySetUp* early);
   void InstallExitHandlerOnce();
   void MarkProcess();
 
@@ -314,10 +330,17 @@ void Shim::Init() {
 
   effective_ = config_.mode;
   if (effective_ == Mode::kDefer) {
+    // Done already when cudart set itself up (PrepareSetUpEarly), in this
+    // process (not a fork's parent).
+    EarlySetUp* early = __atomic_load_n(&g_early, __ATOMIC_ACQUIRE);
+    if (early != nullptr && early->pid != getpid()) early = nullptr;
     std::string failed;
-    if (!MemoryHooksSelfTest(&failed)) {
+    const bool self_test_ok =
+        early != nullptr ? (failed = early->self_test_failed, early->self_test_ok)
+                         : MemoryHooksSelfTest(&failed);
+    if (!self_test_ok) {
       why_ = fmt::format("the memory hooks' self-test failed ({})", failed);
-    } else if (!OpenWatch()) {
+    } else if (!OpenWatch(early)) {
       why_ = fmt::format("LAZYPIN_WATCH=kernel and the kernel watch is not available ({})",
                          watch_reason_);
     }
@@ -336,7 +359,8 @@ void Shim::Init() {
   const std::string pattern = config_.log_path.empty()
                                   ? DefaultLogPattern(program_invocation_short_name)
                                   : config_.log_path;
-  log_ = Log::Deferred(ExpandLogPath(pattern, getpid()));
+  log_ = Log::Deferred(ExpandLogPath(pattern, getpid()),
+                       [this](const LogEntry& entry, std::string* line) { FormatEntry(entry, line); });
   if (config_.stacks != StackMode::kOff) {
     sites_ = std::make_unique<CallSites>(reinterpret_cast<const void*>(&ExitHandler));
   }
@@ -425,12 +449,18 @@ void Shim::Init() {
   }
 }
 
-bool Shim::OpenWatch() {
+bool Shim::OpenWatch(EarlySetUp* early) {
   if (config_.watch == WatchMode::kHooks) {
     watch_reason_ = "LAZYPIN_WATCH=hooks";
     return true;
   }
-  watch_ = MemWatch::Open(&watch_reason_);
+  if (early != nullptr && early->watch_tried) {
+    watch_.reset(early->watch);
+    early->watch = nullptr;
+    watch_reason_ = early->watch_reason;
+  } else {
+    watch_ = MemWatch::Open(&watch_reason_);
+  }
   return watch_ != nullptr || config_.watch == WatchMode::kAuto;
 }
 
@@ -478,28 +508,84 @@ int Shim::StackOf(Action action, uint64_t what, uintptr_t ptr, size_t bytes) {
   return sites_->CaptureOnce(key | 1, [this](std::string_view line) { log_->Write(line); });
 }
 
+// The per-call path: 72 bytes into the log's ring; the writer thread counts
+// and formats them (FormatEntry).
 void Shim::Record(const CallRecord& record) {
   nvtx::CallEnds(record.action, record.reason);
-  stats_.RecordCall(record.call.api, record.call.bytes, record.result, record.latency_ns,
-                    record.action);
-  if (log_) {
-    const int stack = StackOf(record.action, static_cast<uint64_t>(record.call.api) << 8 | record.call.flags,
-                              reinterpret_cast<uintptr_t>(record.call.ptr), record.call.bytes);
-    log_->Write(CallRecordLine(SinceStart(), ThreadId(), record, stack).view());
-  }
+  // A new stack's lines go into the ring first, from this thread: before the record naming it.
+  const int stack = StackOf(record.action, static_cast<uint64_t>(record.call.api) << 8 | record.call.flags,
+                            reinterpret_cast<uintptr_t>(record.call.ptr), record.call.bytes);
+  LogEntry entry;
+  entry.kind = LogEntry::Kind::kCall;
+  entry.api = static_cast<uint8_t>(record.call.api);
+  entry.via = static_cast<uint8_t>(record.call.via);
+  entry.action = static_cast<uint8_t>(record.action);
+  entry.reason = static_cast<uint8_t>(record.reason);
+  entry.result = record.result;
+  entry.tid = ThreadId();
+  entry.flags = record.call.flags;
+  entry.evicted = record.evicted;
+  entry.t_ns = record.end_ns - start_mono_ns_;
+  entry.latency_ns = record.latency_ns;
+  entry.ptr = reinterpret_cast<uintptr_t>(record.call.ptr);
+  entry.bytes = record.call.bytes;
+  entry.stack = stack;
+  log_->Write(entry);
   InstallExitHandlerOnce();
 }
 
 void Shim::OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result, int64_t latency_ns,
                    const ReleaseWait& wait) {
   nvtx::Evicted(reason, wait.forced);
-  stats_.RecordEvict(latency_ns);
   // No stack: an eviction may run in a memory hook called from a signal
   // handler, where neither the unwinder's table lock nor Python may be taken.
-  if (log_) {
-    log_->Write(
-        EvictRecordLine(SinceStart(), ThreadId(), ptr, bytes, reason, result, latency_ns, wait)
-            .view());
+  LogEntry entry;
+  entry.kind = LogEntry::Kind::kEvict;
+  entry.reason = static_cast<uint8_t>(reason);
+  entry.forced = wait.forced;
+  entry.result = result;
+  entry.tid = ThreadId();
+  entry.t_ns = SinceStart();
+  entry.latency_ns = latency_ns;
+  entry.ptr = ptr;
+  entry.bytes = bytes;
+  entry.waited_ns = wait.waited_ns;
+  entry.stack = 0;
+  log_->Write(entry);
+}
+
+void Shim::FormatEntry(const LogEntry& e, std::string* line) {
+  switch (e.kind) {
+    case LogEntry::Kind::kCall: {
+      const Api api = static_cast<Api>(e.api);
+      const Action action = static_cast<Action>(e.action);
+      stats_.RecordCall(api, e.bytes, e.result, e.latency_ns, action);
+      const CallRecord record{
+          ProgramCall{api, static_cast<Via>(e.via), reinterpret_cast<void*>(e.ptr), e.bytes, e.flags},
+          e.result, e.latency_ns, action, e.evicted, static_cast<PassReason>(e.reason)};
+      line->append(CallRecordLine(e.t_ns, e.tid, record, e.stack).view());
+      return;
+    }
+    case LogEntry::Kind::kEvict: {
+      stats_.RecordEvict(e.latency_ns);
+      ReleaseWait wait;
+      wait.waited_ns = e.waited_ns;
+      wait.forced = e.forced;
+      line->append(EvictRecordLine(e.t_ns, e.tid, e.ptr, e.bytes, static_cast<EvictReason>(e.reason),
+                                   e.result, e.latency_ns, wait, e.stack)
+                       .view());
+      return;
+    }
+    case LogEntry::Kind::kDropped:
+      *line = WarningRecordLine(
+          SinceStart(), fmt::format("{} log records were dropped: the log's ring of {} records "
+                                    "stayed full for 50 ms (the writer could not keep up)",
+                                    e.bytes, LogRing::kSlots));
+      fprintf(stderr, "lazypin: %s log records were dropped (the log could not keep up)\n",
+              std::to_string(e.bytes).c_str());
+      return;
+    case LogEntry::Kind::kText:
+      return;  // the log writes those itself
   }
 }
 
@@ -545,7 +631,8 @@ void Shim::AtExit() {
   const HostAllocCounters* host = host_cache_ ? &host_counters : nullptr;
   std::string log_note;
   if (log_) {
-    log_->Close(stats_.SummaryJson(counters, SinceStart(), "exit", host));
+    // The summary is made once the writer has counted every record.
+    log_->Close([&] { return stats_.SummaryJson(counters, SinceStart(), "exit", host); });
     // No file: the writer said why on stderr when it could not create it.
     const std::string failure = log_->failure();
     if (log_->has_file()) {
@@ -652,6 +739,23 @@ const ShimState* StateInThisProcess() {
   const ShimState* state = PublishedState();
   if (state != nullptr && state->dispatch != nullptr && LeftSetUpProcess()) state = PublishedState();
   return state;
+}
+
+void PrepareSetUpEarly() {
+  static std::atomic<bool> done{false};
+  if (done.exchange(true) || PublishedState() != nullptr) return;
+  const char* mode = getenv("LAZYPIN_MODE");
+  if (mode == nullptr || strcmp(mode, "defer") != 0) return;
+  ScopedInsideLazypin inside;
+  auto* early = new EarlySetUp;  // never freed
+  early->pid = getpid();
+  early->self_test_ok = MemoryHooksSelfTest(&early->self_test_failed);
+  const char* watch = getenv("LAZYPIN_WATCH");
+  if (early->self_test_ok && (watch == nullptr || strcmp(watch, "hooks") != 0)) {
+    early->watch = MemWatch::Open(&early->watch_reason).release();
+    early->watch_tried = true;
+  }
+  __atomic_store_n(&g_early, early, __ATOMIC_RELEASE);
 }
 
 const ShimState* ActiveState() {

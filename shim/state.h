@@ -36,4 +36,11 @@ const ShimState* StateInThisProcess();
 // the program's first CUDA registration call is where lazypin starts.
 const ShimState* ActiveState();
 
+// Called before the program's first registration (cudart's set-up asking the
+// getter for entry points), once: deferring, it does there the set-up work
+// that needs no configuration beyond LAZYPIN_MODE and LAZYPIN_WATCH (the
+// memory hooks' self-test, the kernel watch's open), for ActiveState's set-up
+// to take in this process. Nothing when lazypin is set up already.
+void PrepareSetUpEarly();
+
 }  // namespace lazypin

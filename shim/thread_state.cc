@@ -1,8 +1,14 @@
 // thread_state: the per-thread state and its queue of frees (see thread_state.h).
 #include "thread_state.h"
 
+#include <linux/futex.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <climits>
 
 namespace lazypin {
 
@@ -20,6 +26,114 @@ void FreeQueuedFrees() {
   t_state.queued_free_count = 0;
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   for (int i = 0; i < n; ++i) free(frees[i]);  // through the hook: invalidates, then frees
+}
+
+namespace {
+
+void FutexWait(std::atomic<uint32_t>* word, uint32_t seen) {
+  syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, seen, nullptr, nullptr, 0);
+}
+void FutexWake(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+}
+
+// The spare threads: each waits on its slot's state for a job.
+constexpr int kMaxSpares = 4;
+enum SlotState : uint32_t { kEmpty, kIdle, kClaimed, kGiven };
+struct SpareSlot {
+  std::atomic<uint32_t> state{kEmpty};  // futex
+  LazypinThread::Job* job = nullptr;    // set before kGiven
+};
+SpareSlot g_spares[kMaxSpares];
+std::atomic<pid_t> g_spares_pid{0};  // the process whose threads these are
+std::atomic<bool> g_spares_prepared{false};
+
+void* SpareMain(void* arg) {
+  auto* slot = static_cast<SpareSlot*>(arg);
+  slot->state.store(kIdle, std::memory_order_release);
+  for (;;) {
+    const uint32_t state = slot->state.load(std::memory_order_acquire);
+    if (state == kGiven) break;
+    FutexWait(&slot->state, state);
+  }
+  LazypinThread::Job* job = slot->job;
+  job->body();
+  job->done.store(1, std::memory_order_release);
+  FutexWake(&job->done);
+  if (job->detached.exchange(true, std::memory_order_acq_rel)) delete job;
+  return nullptr;
+}
+
+void StartSignalsBlocked(void* (*main)(void*), void* arg, bool* ok) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);  // the new thread inherits the mask
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_t thread;
+  *ok = pthread_create(&thread, &attr, main, arg) == 0;
+  pthread_attr_destroy(&attr);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+}  // namespace
+
+void PrepareSpareThreads(int count) {
+  if (count <= 0 || g_spares_prepared.exchange(true, std::memory_order_acq_rel)) return;
+  g_spares_pid.store(getpid(), std::memory_order_release);
+  for (int i = 0; i < count && i < kMaxSpares; ++i) {
+    bool ok = false;
+    StartSignalsBlocked(&SpareMain, &g_spares[i], &ok);
+    if (!ok) break;
+  }
+}
+
+LazypinThread StartLazypinThread(std::function<void()> fn) {
+  std::function<void()> body = [fn = std::move(fn)] {
+    t_state.own_thread = true;
+    fn();
+  };
+  LazypinThread out;
+  if (g_spares_prepared.load(std::memory_order_acquire) &&
+      g_spares_pid.load(std::memory_order_acquire) == getpid()) {
+    for (SpareSlot& slot : g_spares) {
+      uint32_t idle = kIdle;
+      if (!slot.state.compare_exchange_strong(idle, kClaimed, std::memory_order_acq_rel)) continue;
+      auto* job = new LazypinThread::Job;
+      job->body = std::move(body);
+      slot.job = job;
+      slot.state.store(kGiven, std::memory_order_release);
+      FutexWake(&slot.state);
+      out.job_ = job;
+      return out;
+    }
+  }
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);  // the new thread inherits the mask
+  try {
+    out.thread_ = std::thread(std::move(body));
+  } catch (...) {
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    throw;
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return out;
+}
+
+void LazypinThread::join() {
+  if (thread_.joinable()) thread_.join();
+  if (job_ == nullptr) return;
+  while (job_->done.load(std::memory_order_acquire) == 0) FutexWait(&job_->done, 0);
+  detach();
+}
+
+void LazypinThread::detach() {
+  if (thread_.joinable()) thread_.detach();
+  if (job_ == nullptr) return;
+  if (job_->detached.exchange(true, std::memory_order_acq_rel)) delete job_;
+  job_ = nullptr;
 }
 
 }  // namespace lazypin

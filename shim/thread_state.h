@@ -7,6 +7,8 @@
 
 #include <signal.h>
 
+#include <atomic>
+#include <functional>
 #include <thread>
 #include <utility>
 
@@ -28,20 +30,55 @@ extern thread_local ThreadState t_state LAZYPIN_TLS;
 // hook in the shim), with signals blocked while it takes the queue.
 void FreeQueuedFrees();
 
-// Starts lazypin's own threads (log flusher, collector): every signal blocked
-// in them, so that they never run the program's handlers.
+// One of lazypin's own threads (log writer, collector, kernel watch reader,
+// idle waiter), as std::thread is used: joinable(), join(), detach(). It is
+// either a thread started for it, or a spare thread started earlier
+// (PrepareSpareThreads) that was waiting for a body to run.
+class LazypinThread {
+ public:
+  LazypinThread() = default;
+  LazypinThread(LazypinThread&& other) noexcept { *this = std::move(other); }
+  LazypinThread& operator=(LazypinThread&& other) noexcept {
+    thread_ = std::move(other.thread_);
+    job_ = other.job_;
+    other.job_ = nullptr;
+    return *this;
+  }
+  bool joinable() const { return thread_.joinable() || job_ != nullptr; }
+  void join();
+  void detach();
+
+  // A body that a spare thread runs: `done` (a futex) is 1 once it returned.
+  struct Job {
+    std::function<void()> body;
+    std::atomic<uint32_t> done{0};
+    std::atomic<bool> detached{false};  // the spare frees the job when both are set
+  };
+
+ private:
+  friend LazypinThread StartLazypinThread(std::function<void()> body);
+  std::thread thread_;
+  Job* job_ = nullptr;
+};
+
+// Starts lazypin's own threads: every signal blocked in them, so that they
+// never run the program's handlers. Takes a spare thread of this process if
+// one is waiting (no thread is created on the caller's path then), else
+// starts one (std::thread: throws std::system_error when it cannot).
+LazypinThread StartLazypinThread(std::function<void()> body);
 template <typename Fn>
-std::thread StartThreadWithSignalsBlocked(Fn&& body) {
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &old);  // the new thread inherits the mask
-  std::thread thread([body = std::forward<Fn>(body)]() mutable {
-    t_state.own_thread = true;
-    body();
-  });
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  return thread;
+LazypinThread StartThreadWithSignalsBlocked(Fn&& body) {
+  return StartLazypinThread(std::function<void()>(std::forward<Fn>(body)));
 }
+
+// Starts up to `count` spare threads in this process (once; later calls do
+// nothing), waiting, with every signal blocked, for StartLazypinThread to
+// hand them a body. Called from a path that precedes the program's first
+// registration and costs it nothing (cudart's set-up asking the driver for
+// its entry points), so that lazypin's set-up in that call starts no thread.
+// A fork's child has none (they are the parent's); a spare never used just
+// waits until the process ends.
+void PrepareSpareThreads(int count);
 
 class ScopedInsideLazypin {
  public:

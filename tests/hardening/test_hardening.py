@@ -429,19 +429,24 @@ class Allocators(Base):
             label, " ".join(l for l in run.out.splitlines() if "size=" in l), json.dumps(ev)))
         return ev
 
+    def assertPooledFreesReleased(self, ev):
+        # Each of the 64 pooled frees went through the collector, except when
+        # the program's next register shared a page with the pooled block
+        # before the collector got to it: then that register released it
+        # first ("overlap"), which is as correct, and only a matter of timing.
+        self.assertEqual(ev.get("free", 0) + ev.get("overlap", 0), 64, ev)
+
     @unittest.skipUnless(have(JEMALLOC), "libjemalloc2 not installed (scripts/setup installs it)")
     @unittest.skipIf(sanitizer_env.ACTIVE, "two allocators besides ASan's in one process")
     def test_canaries_jemalloc(self):
         ev = self.canaries("jemalloc after lazypin", "canary", LIB + ":" + JEMALLOC)
-        # Each pooled free went through the collector (a register sharing a page
-        # with a block still pending there releases it first: overlap).
-        self.assertEqual(ev.get("free", 0) + ev.get("overlap", 0), 64, ev)
+        self.assertPooledFreesReleased(ev)
 
     @unittest.skipUnless(have(TCMALLOC), "libtcmalloc-minimal4 not installed (scripts/setup installs it)")
     @unittest.skipIf(sanitizer_env.ACTIVE, "two allocators besides ASan's in one process")
     def test_canaries_tcmalloc(self):
         ev = self.canaries("tcmalloc after lazypin", "canary", LIB + ":" + TCMALLOC)
-        self.assertEqual(ev.get("free", 0) + ev.get("overlap", 0), 64, ev)
+        self.assertPooledFreesReleased(ev)
 
     @unittest.skipIf(sanitizer_env.ACTIVE, "the program's own malloc besides ASan's")
     def test_canaries_program_allocator(self):

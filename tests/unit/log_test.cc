@@ -20,7 +20,9 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
+#include <atomic>
 
 #include "config.h"
 #include "gtest/gtest.h"
@@ -444,6 +446,93 @@ TEST(LogTest, OpenWritesToTheSuffixedNameAndReportsIt) {
   EXPECT_EQ(refused, nullptr);
   EXPECT_NE(error.find("character device"), std::string::npos) << error;
   system(("rm -rf " + dir).c_str());
+}
+
+// Binary entries from many threads: every one reaches the Formatter once, in
+// each thread's order, and is written before the last line, which is made
+// after the Formatter saw them all; any the full ring dropped (a writer
+// starved for the whole wait, on a loaded machine) are counted and said.
+TEST(LogTest, EntriesFromManyThreadsAreFormattedOnceInOrder) {
+  char t[] = "/tmp/lazypin-log-XXXXXX";
+  ASSERT_NE(mkdtemp(t), nullptr);
+  const std::string path = std::string(t) + "/ring.jsonl";
+  std::atomic<int> formatted{0};
+  std::unique_ptr<Log> log = Log::Deferred(path, [&](const LogEntry& e, std::string* line) {
+    if (e.kind == LogEntry::Kind::kDropped) {
+      *line = fmt::format("dropped {}", e.bytes);
+      return;
+    }
+    formatted.fetch_add(1);
+    *line = fmt::format("{} {}", e.tid, e.t_ns);
+  });
+  ASSERT_TRUE(log->Start([](const std::string&) { return std::vector<std::string>{"head"}; }));
+  constexpr int kThreads = 4, kEach = 30000;  // more than the ring holds: the writer keeps up or they wait
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      for (int n = 0; n < kEach; ++n) {
+        LogEntry e;
+        e.kind = LogEntry::Kind::kCall;
+        e.tid = i;
+        e.t_ns = n;
+        log->Write(e);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  log->Write("text");
+  log->Close([&] { return fmt::format("last {}", formatted.load()); });
+  std::ifstream f(log->path());
+  std::string line;
+  std::getline(f, line);
+  EXPECT_EQ(line, "head");
+  std::vector<int> next(kThreads, 0);
+  int lines = 0;
+  long dropped = 0;
+  while (std::getline(f, line) && line.rfind("last", 0) != 0 && line != "text") {
+    long d = 0;
+    if (sscanf(line.c_str(), "dropped %ld", &d) == 1) {
+      dropped += d;
+      continue;
+    }
+    int tid = -1, n = -1;
+    ASSERT_EQ(sscanf(line.c_str(), "%d %d", &tid, &n), 2) << line;
+    ASSERT_GE(tid, 0);
+    ASSERT_LT(tid, kThreads);
+    EXPECT_GE(n, next[tid]) << "thread " << tid;
+    next[tid] = n + 1;
+    ++lines;
+  }
+  EXPECT_EQ(lines + dropped, kThreads * kEach);
+  EXPECT_EQ(lines, formatted.load());
+  EXPECT_EQ(line, "text");
+  std::getline(f, line);
+  EXPECT_EQ(line, fmt::format("last {}", lines));
+  system((std::string("rm -rf ") + t).c_str());
+}
+
+// With no writer to take them, a full ring drops records at once (no wait)
+// and counts them: the Formatter is told how many (kDropped) when they are
+// finally taken, so that the log says so.
+TEST(LogTest, AFullRingWithoutAWriterCountsWhatItDrops) {
+  uint64_t dropped = 0;
+  int calls = 0;
+  std::unique_ptr<Log> log =
+      Log::Deferred("/nonexistent-dir/x.jsonl", [&](const LogEntry& e, std::string* line) {
+        if (e.kind == LogEntry::Kind::kDropped) dropped += e.bytes;
+        if (e.kind == LogEntry::Kind::kCall) ++calls;
+        *line = "x";
+      });
+  const auto t0 = std::chrono::steady_clock::now();
+  for (uint64_t i = 0; i < LogRing::kSlots + 100; ++i) {
+    LogEntry e;
+    e.kind = LogEntry::Kind::kCall;
+    log->Write(e);
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+  log->Close();
+  EXPECT_EQ(calls, static_cast<int>(LogRing::kSlots));
+  EXPECT_EQ(dropped, 100u);
 }
 
 }  // namespace

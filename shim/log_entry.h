@@ -1,0 +1,38 @@
+// log_entry: one log record as a calling thread hands it to the log's writer
+// thread: fixed size, plain values only (nothing points into the caller's
+// memory), so that the caller copies 72 bytes and the writer formats it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "types.h"
+
+namespace lazypin {
+
+struct LogEntry {
+  enum class Kind : uint8_t { kCall, kEvict, kText, kDropped };  // kDropped: see Log::Formatter
+  Kind kind = Kind::kText;
+  uint8_t api = 0;           // kCall: Api
+  uint8_t via = 0;           // kCall: Via
+  uint8_t action = 0;        // kCall: Action
+  uint8_t reason = 0;        // kCall: PassReason; kEvict: EvictReason
+  bool forced = false;       // kEvict
+  int32_t result = 0;
+  int32_t tid = 0;
+  uint32_t flags = 0;        // kCall
+  int32_t evicted = 0;       // kCall
+  int32_t stack = 0;         // kCall, kEvict: the stack's id (callsite.h), 0 for none
+  int64_t t_ns = 0;
+  int64_t latency_ns = 0;
+  uint64_t ptr = 0;
+  uint64_t bytes = 0;
+  union {
+    int64_t waited_ns;  // kEvict
+    std::string* text;  // kText: the whole line, owned by the entry until the writer takes it
+  };
+  LogEntry() : waited_ns(0) {}
+};
+static_assert(sizeof(LogEntry) == 72, "a log entry is 72 bytes");
+
+}  // namespace lazypin
