@@ -83,6 +83,7 @@ class DispatchEnv {
 struct RuntimeFrame {
   Outcome outcome;
   int driver_calls = 0;
+  Api api = Api::kCount;  // the runtime call's API, where the driver hook needs it
   // An unregister: the runtime hook already waited (kWaited: cudart's driver
   // call need not wait again) or the wait failed (kNoDefer: forward it).
   enum class Wait { kNotYet, kWaited, kNoDefer } wait = Wait::kNotYet;
@@ -150,7 +151,11 @@ class Dispatch {
   void SynchronizeIfDeferred(uintptr_t lo, uintptr_t hi, void* stream);
   RegisterRequest Request(const ProgramCall& call, Context ctx);
   void Record(const ProgramCall& call, const Outcome& outcome, int64_t t0);
-  Outcome HostAct(const ProgramCall& call, void** out, absl::FunctionRef<int()> real);
+  // `origin`: the API the program called (the runtime's for cudart's driver
+  // calls), part of what a cached block must match: cudart reports flags of
+  // its own for what it allocated (cudaMallocHost's block is not a fresh
+  // cudaHostAlloc(Portable|Mapped) block, though cudart asks the driver the same).
+  Outcome HostAct(const ProgramCall& call, Api origin, void** out, absl::FunctionRef<int()> real);
   // Any call on [lo, hi) other than a host allocation's own: cached (freed)
   // host blocks there are really freed first, so the driver answers as for
   // freed memory. Returns how many.

@@ -14,7 +14,8 @@ int Dispatch::FreeCachedHostBlocks(uintptr_t lo, uintptr_t hi, EvictReason reaso
   return host_cache_->Invalidate(lo, hi, reason);
 }
 
-Outcome Dispatch::HostAct(const ProgramCall& call, void** out, absl::FunctionRef<int()> real) {
+Outcome Dispatch::HostAct(const ProgramCall& call, Api origin, void** out,
+                          absl::FunctionRef<int()> real) {
   if (host_cache_ == nullptr) return Outcome{real(), Action::kForward, 0};
   // No current context: the driver refuses (201); forward, so that it does.
   const Context ctx = env_->CurrentContext();
@@ -27,7 +28,7 @@ Outcome Dispatch::HostAct(const ProgramCall& call, void** out, absl::FunctionRef
   if (IsHostAlloc(call.api)) {
     HostAllocRequest request;
     request.bytes = call.bytes;
-    request.flags = call.flags;
+    request.flags = call.flags | static_cast<unsigned>(origin) << 24;  // flags use the low bits
     request.ctx = ctx;
     request.device = env_->CurrentDevice();
     ScopedInsideLazypin inside;
@@ -46,6 +47,7 @@ int Dispatch::HostRuntime(const ProgramCall& call, void** out, absl::FunctionRef
   env_->CallStarts(call);
   const int64_t t0 = env_->NowNs();
   RuntimeFrame frame;
+  frame.api = call.api;
   RuntimeFrame* const outer = t_state.runtime_frame;
   t_state.runtime_frame = &frame;
   const int result = real();
@@ -62,7 +64,7 @@ int Dispatch::HostDriver(const ProgramCall& call, void** out, absl::FunctionRef<
   if (RuntimeFrame* frame = t_state.runtime_frame) {
     // cudart on behalf of the runtime call above: act, report into its frame.
     t_state.runtime_frame = nullptr;
-    const Outcome outcome = HostAct(call, out, real);
+    const Outcome outcome = HostAct(call, frame->api, out, real);
     t_state.runtime_frame = frame;
     frame->driver_calls += 1;
     frame->outcome.action = outcome.action;
@@ -71,7 +73,7 @@ int Dispatch::HostDriver(const ProgramCall& call, void** out, absl::FunctionRef<
   }
   env_->CallStarts(call);
   const int64_t t0 = env_->NowNs();
-  const Outcome outcome = HostAct(call, out, real);
+  const Outcome outcome = HostAct(call, call.api, out, real);
   ProgramCall recorded = call;
   if (IsHostAlloc(call.api)) {
     recorded.ptr = outcome.result == kCudaSuccess && out != nullptr ? *out : nullptr;

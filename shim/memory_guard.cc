@@ -24,6 +24,10 @@ void MemoryGuard::Leaving(uintptr_t lo, uintptr_t hi, EvictReason reason) const 
   }
   if (t_state.inside > 0 || !pool_->MaybeTracks(lo, hi) || LeftProcess()) return;
   ScopedInsideLazypin inside;
+  if (foreign_allocator_) {
+    pool_->MarkStale(lo, hi, reason);
+    return;
+  }
   pool_->MarkLeft(lo, hi);
   pool_->Invalidate(lo, hi, reason);
 }

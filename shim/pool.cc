@@ -242,7 +242,7 @@ const Pool::Entry* Pool::HitLocked(const RegisterRequest& req) {
   if (it == entries_.end()) return nullptr;
   Entry& e = it->second;
   // A parked block is memory the program freed: registering it is the driver's affair.
-  if (e.state != State::kDeferred || e.parked != 0 || e.bytes != req.bytes ||
+  if (e.state != State::kDeferred || e.stale || e.parked != 0 || e.bytes != req.bytes ||
       e.flags != req.flags || e.ctx != req.ctx) {
     return nullptr;
   }
@@ -258,9 +258,36 @@ const Pool::Entry* Pool::HitLocked(const RegisterRequest& req) {
   return &e;
 }
 
+int Pool::MarkStale(uintptr_t lo, uintptr_t hi, EvictReason reason) {
+  if (abandoned_.load(std::memory_order_relaxed) || hi <= lo) return 0;
+  int marked = 0;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = FirstOverlap(lo); it != entries_.end() && it->first < hi; ++it) {
+    Entry& e = it->second;
+    if (e.state == State::kInUse && !e.left) {
+      UntrackInUse(e);
+      e.left = true;
+      ++marked;
+    } else if (e.state == State::kDeferred && !e.stale) {
+      e.stale = true;
+      e.stale_reason = reason;
+      ++marked;
+    }
+  }
+  if (marked != 0) stale_pending_.store(true, std::memory_order_release);
+  return marked;
+}
+
 void Pool::ApplyPageChanges() {
   if (abandoned_.load(std::memory_order_relaxed)) return;
   std::vector<Victim> victims;
+  if (stale_pending_.load(std::memory_order_relaxed) &&
+      stale_pending_.exchange(false, std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [base, e] : entries_) {
+      if (e.state == State::kDeferred && e.stale) TakeVictim(e, e.stale_reason, &victims);
+    }
+  }
   driver_->DrainChanges([&](uintptr_t lo, uintptr_t hi) {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = FirstOverlap(lo); it != entries_.end() && it->first < hi; ++it) {
@@ -579,15 +606,30 @@ int Pool::MarkLeft(uintptr_t lo, uintptr_t hi) {
 
 int Pool::Invalidate(uintptr_t lo, uintptr_t hi, EvictReason reason) {
   if (abandoned_.load(std::memory_order_relaxed) || hi <= lo) return 0;
-  std::vector<Victim> victims;
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    AwaitQuiet(lock, lo, hi);
-    for (auto it = FirstOverlap(lo); it != entries_.end() && it->first < hi; ++it) {
-      if (it->second.state == State::kDeferred) TakeVictim(it->second, reason, &victims);
+  // Memory hooks call this, also from inside another allocator's own call
+  // (jemalloc's purge madvises what it frees): nothing here allocates, so
+  // the victims go in batches through a stack array.
+  constexpr size_t kBatch = 16;
+  int evicted = 0;
+  for (;;) {
+    Victim victims[kBatch];
+    size_t count = 0;
+    bool more = false;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      AwaitQuiet(lock, lo, hi);
+      for (auto it = FirstOverlap(lo); it != entries_.end() && it->first < hi; ++it) {
+        if (it->second.state != State::kDeferred) continue;
+        if (count == kBatch) {
+          more = true;
+          break;
+        }
+        victims[count++] = TakeVictim(it->second, reason);
+      }
     }
+    evicted += Evict(victims, count);
+    if (!more) return evicted;
   }
-  return Evict(victims);
 }
 
 int Pool::DropWhere(absl::FunctionRef<bool(const Entry&)> matches, bool forget_in_use) {
