@@ -188,6 +188,7 @@ class CudaPoolDriver final : public PoolDriver {
   void Release(uintptr_t lo, uintptr_t hi) override {
     if (watch_ != nullptr) watch_->Unwatch(lo, hi);
   }
+  void PrepareRelease(Context ctx) override { WaiterFor(ctx); }
   void Prefault(uintptr_t lo, uintptr_t hi, unsigned flags) override {
     if (ShouldPrefault(lo, hi, flags, prefault_threads_)) PrefaultRange(lo, hi, prefault_threads_);
   }

@@ -105,22 +105,6 @@ size_t SegmentSizeAt(const void* addr) {
 
 }  // namespace
 
-bool ForeignAllocator() {
-  real::DlsymFn dlsym_real = real::Dlsym();
-  Dl_info self, global_info, next_info;
-  if (dlsym_real == nullptr || dladdr(reinterpret_cast<void*>(&ForeignAllocator), &self) == 0) {
-    return true;
-  }
-  void* global = dlsym_real(RTLD_DEFAULT, "free");
-  void* next = dlsym_real(RTLD_NEXT, "free");
-  const bool ours = global != nullptr && dladdr(global, &global_info) != 0 &&
-                    global_info.dli_fbase == self.dli_fbase;
-  const bool next_glibc = next != nullptr && dladdr(next, &next_info) != 0 &&
-                          next_info.dli_fname != nullptr &&
-                          strstr(next_info.dli_fname, "libc.so") != nullptr;
-  return !(ours && next_glibc);
-}
-
 bool MemoryHooksSelfTest(std::string* why) {
   real::DlsymFn dlsym_real = real::Dlsym();
   if (dlsym_real == nullptr) {

@@ -12,12 +12,6 @@ namespace lazypin {
 // (as UCX checks its memory hooks at start). False with a reason otherwise.
 bool MemoryHooksSelfTest(std::string* why);
 
-// True unless the process's free is lazypin's and the next one glibc's: then
-// another allocator (jemalloc, tcmalloc; or a PLT entry lazypin cannot see
-// through) may call munmap/madvise from inside its own locked code, where
-// the memory hooks must not call the driver (MemoryGuard's foreign_allocator).
-bool ForeignAllocator();
-
 // The next free() after lazypin's (glibc's, or a preloaded allocator's).
 void RealFree(void* ptr);
 

@@ -22,12 +22,14 @@ void MemoryGuard::Leaving(uintptr_t lo, uintptr_t hi, EvictReason reason) const 
     ScopedInsideLazypin inside;
     host_cache_->Invalidate(lo, hi, reason);
   }
-  if (t_state.inside > 0 || !pool_->MaybeTracks(lo, hi) || LeftProcess()) return;
-  ScopedInsideLazypin inside;
-  if (foreign_allocator_) {
-    pool_->MarkStale(lo, hi, reason);
+  // One of lazypin's own threads: this comes from an allocator's own code
+  // that it called (jemalloc purges with madvise on whichever thread
+  // allocates), where a driver call could allocate inside that allocator.
+  // The kernel watch sees these pages go (applied at the next pool call).
+  if (t_state.inside > 0 || t_state.own_thread || !pool_->MaybeTracks(lo, hi) || LeftProcess()) {
     return;
   }
+  ScopedInsideLazypin inside;
   pool_->MarkLeft(lo, hi);
   pool_->Invalidate(lo, hi, reason);
 }

@@ -34,15 +34,10 @@ class MemoryGuard {
   // lazypin keeps; memory leaving over one frees it first (Leaving).
   // `reuse`: freed malloc'd blocks come back (Pool::Park, Serve); the pool
   // must have EnableReuse'd.
-  // `foreign_allocator`: the process's free is not glibc's nor lazypin's
-  // (jemalloc, tcmalloc, ...), which calls munmap/madvise from inside its own
-  // locked code: memory leaving then only marks the pool (Pool::MarkStale),
-  // and the unregister follows outside (the collector, the next program call).
   MemoryGuard(Pool* pool, Collector* collector, ProcessCheck left_process = nullptr,
-              HostAllocCache* host_cache = nullptr, bool reuse = false,
-              bool foreign_allocator = false)
+              HostAllocCache* host_cache = nullptr, bool reuse = false)
       : pool_(pool), collector_(collector), left_process_(left_process), host_cache_(host_cache),
-        reuse_(reuse), foreign_allocator_(foreign_allocator) {}
+        reuse_(reuse) {}
 
   // Cheap and lock-free: false means the pool holds no entry (in use or
   // deferred) and the host-allocation cache keeps no block, and every call
@@ -89,7 +84,6 @@ class MemoryGuard {
   const ProcessCheck left_process_;
   HostAllocCache* const host_cache_;
   const bool reuse_;
-  const bool foreign_allocator_;
 };
 
 }  // namespace lazypin

@@ -242,7 +242,7 @@ const Pool::Entry* Pool::HitLocked(const RegisterRequest& req) {
   if (it == entries_.end()) return nullptr;
   Entry& e = it->second;
   // A parked block is memory the program freed: registering it is the driver's affair.
-  if (e.state != State::kDeferred || e.stale || e.parked != 0 || e.bytes != req.bytes ||
+  if (e.state != State::kDeferred || e.parked != 0 || e.bytes != req.bytes ||
       e.flags != req.flags || e.ctx != req.ctx) {
     return nullptr;
   }
@@ -258,36 +258,9 @@ const Pool::Entry* Pool::HitLocked(const RegisterRequest& req) {
   return &e;
 }
 
-int Pool::MarkStale(uintptr_t lo, uintptr_t hi, EvictReason reason) {
-  if (abandoned_.load(std::memory_order_relaxed) || hi <= lo) return 0;
-  int marked = 0;
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto it = FirstOverlap(lo); it != entries_.end() && it->first < hi; ++it) {
-    Entry& e = it->second;
-    if (e.state == State::kInUse && !e.left) {
-      UntrackInUse(e);
-      e.left = true;
-      ++marked;
-    } else if (e.state == State::kDeferred && !e.stale) {
-      e.stale = true;
-      e.stale_reason = reason;
-      ++marked;
-    }
-  }
-  if (marked != 0) stale_pending_.store(true, std::memory_order_release);
-  return marked;
-}
-
 void Pool::ApplyPageChanges() {
   if (abandoned_.load(std::memory_order_relaxed)) return;
   std::vector<Victim> victims;
-  if (stale_pending_.load(std::memory_order_relaxed) &&
-      stale_pending_.exchange(false, std::memory_order_acquire)) {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [base, e] : entries_) {
-      if (e.state == State::kDeferred && e.stale) TakeVictim(e, e.stale_reason, &victims);
-    }
-  }
   driver_->DrainChanges([&](uintptr_t lo, uintptr_t hi) {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = FirstOverlap(lo); it != entries_.end() && it->first < hi; ++it) {
@@ -458,6 +431,10 @@ Outcome Pool::Register(const RegisterRequest& req, absl::FunctionRef<int()> forw
   const bool watched = pass == PassReason::kNone;
   // Not where the driver refuses without pinning (no context): it touches nothing then.
   if (!forward_only && req.ctx != nullptr) driver_->Prefault(lo, hi, req.flags);
+  // What releasing it later needs is made now, on the program's thread in a
+  // CUDA call: a release may run in a memory hook inside another allocator's
+  // own call (jemalloc purges with madvise), where nothing may be allocated.
+  if (req.ctx != nullptr) driver_->PrepareRelease(req.ctx);
   out.result = forward();
   if (!forward_only && out.result == kCudaOutOfMemory && !Empty()) {
     // Make room: release everything pooled, then try once more.

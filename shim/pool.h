@@ -70,6 +70,9 @@ class PoolDriver {
   // After Admit, just before the driver registers [lo, hi) (a miss): may
   // fault its pages in first, contents unchanged (prefault.h).
   virtual void Prefault(uintptr_t lo, uintptr_t hi, unsigned flags) {}
+  // Before a registration in `ctx` exists: makes what Unregister(…, ctx, …)
+  // needs (so that a release allocates nothing and starts no thread).
+  virtual void PrepareRelease(Context ctx) {}
   // Calls changed(lo, hi) for every range whose pages changed since the last
   // call, as far as the watch knows (see MemWatch::Drain for the ordering).
   virtual void DrainChanges(absl::FunctionRef<void(uintptr_t lo, uintptr_t hi)> changed) {}
@@ -196,7 +199,6 @@ class Pool {
   // Applies the page changes the driver's watch reports (DrainChanges):
   // deferred entries they touch are really unregistered, in-use ones will
   // not be deferred. Every program entry point above starts with it.
-  // Also unregisters the entries MarkStale marked.
   void ApplyPageChanges();
 
   // Memory [lo, hi) leaves the process, or a pointer query touches it: really
@@ -222,12 +224,6 @@ class Pool {
   // are marked so that they never become deferred; the program's unregister
   // of one is forwarded. Returns how many were marked.
   int MarkLeft(uintptr_t lo, uintptr_t hi);
-  // [lo, hi) left the process where no driver call, allocation or thread
-  // start may be made (a memory hook inside another allocator's own call:
-  // jemalloc purges with madvise while holding its locks): registrations
-  // the program holds are marked left, deferred ones stale (never a hit,
-  // unregistered by the next ApplyPageChanges). Allocates nothing.
-  int MarkStale(uintptr_t lo, uintptr_t hi, EvictReason reason);
   // Exact (takes the lock): a deferred or evicting entry overlaps [lo, hi).
   bool HoldsDeferred(uintptr_t lo, uintptr_t hi) const;
 
@@ -298,11 +294,6 @@ class Pool {
     int64_t deferred_at;  // ns, valid while kDeferred
     std::vector<uint64_t> frames;  // with check_frames: the pages registered
     bool left = false;  // kInUse only: the memory left the process (MarkLeft)
-    // kDeferred only: the memory left the process inside another allocator's
-    // own call (MarkStale): never a hit; unregistered by the next
-    // ApplyPageChanges (the collector's loop, or a program call).
-    bool stale = false;
-    EvictReason stale_reason = EvictReason::kMunmap;
     size_t parked = 0;  // kDeferred only: parked, with this malloc_usable_size (0: not)
     bool auto_pinned = false;  // kDeferred only: lazypin registered it (AutoPin), not the program
   };
@@ -384,7 +375,6 @@ class Pool {
   std::atomic<int64_t> holding_{0};  // deferred + evicting entries
   std::atomic<int64_t> in_use_{0};  // in-use entries not marked left
   std::atomic<bool> abandoned_{false};
-  std::atomic<bool> stale_pending_{false};  // MarkStale marked an entry
   GranuleFilter filter_;         // deferred + evicting entries
   GranuleFilter in_use_filter_;  // in-use entries not marked left
 

@@ -393,7 +393,7 @@ void Shim::Init() {
     collector_ = std::make_unique<Collector>(pool_.get(), config_.idle_ms, &RealFree, FreeBounds{},
                                              &Captures(), host_cache_.get());
     guard_ = std::make_unique<MemoryGuard>(pool_.get(), collector_.get(), &LeftSetUpProcess,
-                                           host_cache_.get(), reuse, ForeignAllocator());
+                                           host_cache_.get(), reuse);
   }
   dispatch_ = std::make_unique<Dispatch>(this, pool_.get(), config_.unregister_wait,
                                          host_cache_.get());

@@ -646,36 +646,3 @@ TEST(PoolNamesTest, EveryReasonAndActionHasItsLogName) {
 
 }  // namespace
 }  // namespace lazypin
-
-namespace lazypin {
-namespace {
-
-// Memory leaving inside another allocator's own call: marked, never a hit,
-// unregistered by the next ApplyPageChanges, with no driver call meanwhile.
-TEST_F(PoolTest, StaleEntriesAreNeverHitsAndGoAtTheNextPageChanges) {
-  Defer(kA, 4 * kPage);
-  ASSERT_EQ(Reg(kB, kPage).result, 0);  // in use: marked left, as MarkLeft does
-  driver_.log.clear();
-  EXPECT_EQ(pool_->MarkStale(kA, kA + 4 * kPage, EvictReason::kMadvise), 1);
-  EXPECT_EQ(pool_->MarkStale(kB, kB + kPage, EvictReason::kMunmap), 1);
-  EXPECT_TRUE(driver_.log.empty()) << "no driver call where the mark is made";
-  EXPECT_NE(driver_.model.Find(kA), nullptr);
-  pool_->ApplyPageChanges();
-  EXPECT_EQ(driver_.model.Find(kA), nullptr) << "unregistered outside the allocator";
-  EXPECT_EQ(Evictions(EvictReason::kMadvise), 1u);
-  // The program's unregister of the left one goes to the driver.
-  EXPECT_EQ(Unreg(kB).action, Action::kPassthrough);
-}
-
-TEST_F(PoolTest, AStaleEntryIsAMissForTheSameRegister) {
-  Defer(kA, 4 * kPage);
-  pool_->MarkStale(kA, kA + kPage, EvictReason::kMadvise);
-  const Outcome again = Reg(kA, 4 * kPage);
-  EXPECT_EQ(again.action, Action::kMiss);
-  EXPECT_EQ(again.result, 0);
-  EXPECT_EQ(Evictions(EvictReason::kMadvise), 1u);  // unregistered first, then registered anew
-  EXPECT_NE(driver_.model.Find(kA), nullptr);
-}
-
-}  // namespace
-}  // namespace lazypin
