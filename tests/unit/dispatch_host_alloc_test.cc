@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dispatch.h"
+#include "fake_dispatch_env.h"
 #include "gtest/gtest.h"
 #include "host_alloc_cache.h"
 #include "thread_state.h"
@@ -17,36 +18,11 @@
 namespace lazypin {
 namespace {
 
-const Context kCtx = reinterpret_cast<Context>(0x11);
+const Context kCtx = kFakeCtx;
 constexpr int kInvalidValue = 1;
 constexpr int kInvalidContext = 201;
 
-class FakeEnv final : public DispatchEnv {
- public:
-  int64_t NowNs() override { return now += 10; }
-  Context CurrentContext() override { return ctx; }
-  int CurrentDevice() override { return ctx != nullptr ? 0 : -1; }
-  bool CaptureForbidsDeferral() override { return capture_forbids; }
-  void CallStarts(const ProgramCall&) override { ++open; }
-  void Record(const CallRecord& record) override {
-    EXPECT_EQ(open, 1) << "CallStarts once before each Record";
-    --open;
-    records.push_back(record);
-  }
-  int open = 0;
-  int WaitForDevice(Context c) override {
-    ++waits;
-    return wait_result;
-  }
-  bool PrimaryContextActive(int) override { return false; }
-  void SynchronizeStream(void*) override {}
-  int64_t now = 0;
-  Context ctx = kCtx;
-  bool capture_forbids = false;
-  std::vector<CallRecord> records;
-  int waits = 0;
-  int wait_result = 0;
-};
+using FakeEnv = FakeDispatchEnv;
 
 // The driver's host blocks (real memory: served blocks are zeroed).
 class FakeHostDriver final : public HostAllocDriver {
@@ -86,7 +62,10 @@ class FakeHostDriver final : public HostAllocDriver {
 
 class DispatchHostAllocTest : public ::testing::TestWithParam<bool> {
  protected:
-  void SetUp() override { Make(/*unregister_wait=*/true); }
+  void SetUp() override {
+    env_.primary_active = false;  // a primary release drops to zero here
+    Make(/*unregister_wait=*/true);
+  }
   void Make(bool unregister_wait) {
     cache_.reset();
     if (GetParam()) cache_ = std::make_unique<HostAllocCache>(&driver_, nullptr, HostAllocLimits{});

@@ -4,6 +4,7 @@
 // Checks where each call is decided, that cudart's answer is what the program
 // gets, and that every program call gives exactly one record.
 #include "dispatch.h"
+#include "fake_dispatch_env.h"
 
 #include <chrono>
 #include <cstdio>
@@ -19,36 +20,11 @@
 namespace lazypin {
 namespace {
 
-const Context kCtx = reinterpret_cast<Context>(0x11);
+const Context kCtx = kFakeCtx;
 constexpr uintptr_t kBuf = 0x100000;
 constexpr size_t kBytes = 1 << 20;
 
-class FakeEnv final : public DispatchEnv {
- public:
-  int64_t NowNs() override { return now += 10; }
-  Context CurrentContext() override { return ctx; }
-  int CurrentDevice() override { return ctx != nullptr ? 0 : -1; }
-  bool CaptureForbidsDeferral() override { return capture_forbids; }
-  void Record(const CallRecord& record) override {
-    EXPECT_GT(t_state.inside, 0) << "records are made inside lazypin";
-    records.push_back(record);
-  }
-  int WaitForDevice(Context c) override {
-    EXPECT_EQ(c, ctx) << "waits in the current context";
-    ++waits;
-    return wait_result;
-  }
-  bool PrimaryContextActive(int) override { return primary_active; }
-  void SynchronizeStream(void* stream) override { synced.push_back(stream); }
-  int64_t now = 0;
-  Context ctx = kCtx;
-  bool capture_forbids = false;
-  std::vector<CallRecord> records;
-  int waits = 0;
-  int wait_result = 0;
-  bool primary_active = true;
-  std::vector<void*> synced;
-};
+using FakeEnv = FakeDispatchEnv;
 
 class ModelPoolDriver final : public PoolDriver {
  public:
