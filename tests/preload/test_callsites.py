@@ -17,6 +17,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_preload import AppTestCase, app, calls, SRC  # noqa: E402
+from nvtx_timeline import lazypin_timeline  # noqa: E402  (tests/pylib, on the path by test_preload)
 
 RECORDER = os.environ["NVTX_RECORDER"]
 
@@ -139,26 +140,15 @@ class NvtxTest(AppTestCase):
         record = os.path.join(self.dir, "nvtx.txt")
         run = self.run_app(argv, NVTX_INJECTION64_PATH=RECORDER, NVTX_RECORD=record, **extra)
         self.assertEqual(run.rc, 0, run.err)
-        with open(record) as f:
-            return run, [l.rstrip("\n") for l in f]
+        return run, lazypin_timeline(record)
 
     def test_each_call_is_a_balanced_range_and_each_action_a_marker(self):
-        run, lines = self.timeline([app("seed_shared"), "--repeat", "3"], LAZYPIN_MODE="defer",
-                                   LAZYPIN_RELEASE_AT_EXIT="1")
-        self.assertIn("domain lazypin", lines)
-        mine = [l for l in lines if l.split(" ")[1:2] == ["lazypin"]]
-        depth, pushes = 0, []
-        for l in mine:
-            if l.startswith("push "):
-                depth += 1
-                pushes.append(l.split(" ", 2)[2])
-            elif l.startswith("pop "):
-                depth -= 1
-                self.assertGreaterEqual(depth, 0)
-        self.assertEqual(depth, 0)
+        run, (pushes, marks, balanced, created) = self.timeline(
+            [app("seed_shared"), "--repeat", "3"], LAZYPIN_MODE="defer", LAZYPIN_RELEASE_AT_EXIT="1")
+        self.assertTrue(created)
+        self.assertTrue(balanced)
         recs = calls(run.records)
         self.assertEqual(pushes, [r["api"] for r in recs], "one range per call, named by its API")
-        marks = [l.split(" ", 2)[2] for l in mine if l.startswith("mark ")]
         actions = [r["action"] for r in recs if r["action"] in ("hit", "deferred")]
         self.assertEqual([m for m in marks if m in ("hit", "deferred")], actions)
         evicts = [r for r in run.records if r["type"] == "evict"]
@@ -168,10 +158,10 @@ class NvtxTest(AppTestCase):
                           for e in evicts])
 
     def test_log_mode_has_ranges_and_no_markers(self):
-        run, lines = self.timeline([app("path_runtime_shared")])
-        mine = [l for l in lines if l.split(" ")[1:2] == ["lazypin"]]
-        self.assertEqual(len([l for l in mine if l.startswith("push ")]), len(calls(run.records)))
-        self.assertFalse([l for l in mine if l.startswith("mark ")])
+        run, (pushes, marks, balanced, _) = self.timeline([app("path_runtime_shared")])
+        self.assertTrue(balanced)
+        self.assertEqual(len(pushes), len(calls(run.records)))
+        self.assertFalse(marks)
 
 
 if __name__ == "__main__":

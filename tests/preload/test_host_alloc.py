@@ -14,6 +14,7 @@ import sys
 import unittest
 
 from test_preload import AppTestCase, app, calls, SRC
+from nvtx_timeline import lazypin_timeline  # noqa: E402  (tests/pylib, on the path by test_preload)
 
 DOORS = {  # --path: (api prefix of the records, via)
     "runtime": ("cuda", "symbol"),
@@ -183,18 +184,8 @@ class HostAllocTest(AppTestCase):
                              LAZYPIN_MODE="defer", NVTX_INJECTION64_PATH=os.environ["NVTX_RECORDER"],
                              NVTX_RECORD=record)
         self.assertEqual(run.rc, 0, run.err)
-        with open(record) as f:
-            lines = [l.rstrip("\n") for l in f]
-        mine = [l for l in lines if l.split(" ")[1:2] == ["lazypin"]]
-        depth, pushes = 0, []
-        for l in mine:
-            if l.startswith("push "):
-                depth += 1
-                pushes.append(l.split(" ", 2)[2])
-            elif l.startswith("pop "):
-                depth -= 1
-                self.assertGreaterEqual(depth, 0)
-        self.assertEqual(depth, 0)
+        pushes, _, balanced, _ = lazypin_timeline(record)
+        self.assertTrue(balanced)
         self.assertEqual(pushes, [r["api"] for r in calls(run.records)])
 
     # -- the report reads the new records ---------------------------------------
