@@ -499,13 +499,16 @@ void Shim::InstallExitHandlerOnce() {
 }
 
 int Shim::StackOf(Action action, uint64_t what, uintptr_t ptr, size_t bytes) {
-  // Hits and deferrals cost about a microsecond; a stack costs more.
   if (!sites_ || t_state.own_thread) return 0;
-  if (config_.stacks == StackMode::kAll) return sites_->CaptureOnce(0, [this](std::string_view line) { log_->Write(line); });
-  if (action == Action::kHit || action == Action::kDeferred) return 0;
-  // One stack per call shape (what, address, size): a loop over one buffer unwinds once.
-  const uint64_t key = (what * 0x9e3779b97f4a7c15u) ^ (ptr * 0xff51afd7ed558ccdu) ^ bytes;
-  return sites_->CaptureOnce(key | 1, [this](std::string_view line) { log_->Write(line); });
+  // LAZYPIN_STACKS=all: every call, unwound each time (key 0). Else the calls
+  // that reached the driver only (a hit or a deferral costs about a
+  // microsecond, a stack more), each call shape unwound once.
+  uint64_t key = 0;
+  if (config_.stacks != StackMode::kAll) {
+    if (action == Action::kHit || action == Action::kDeferred) return 0;
+    key = ((what * 0x9e3779b97f4a7c15u) ^ (ptr * 0xff51afd7ed558ccdu) ^ bytes) | 1;
+  }
+  return sites_->CaptureOnce(key, [this](std::string_view line) { log_->Write(line); });
 }
 
 // The per-call path: 72 bytes into the log's ring; the writer thread counts
