@@ -90,19 +90,17 @@ def main():
         lo, mid, hi = quartiles(xs)
         extra = "" if name == "bare" else ", lazypin adds %.1f us" % ((mid - bare) / 1e3)
         print("  %-5s %10.1f / %10.1f / %10.1f%s" % (name, lo / 1e3, mid / 1e3, hi / 1e3, extra))
-    # The log's first call record splits lazypin's share: its t_ns counts from
-    # set-up's start to the call's end, its latency_ns is the driver's (or the
-    # pool's) part, so t_ns - latency_ns is set-up before the driver call, and
-    # the program's time minus t_ns is what follows it (the record, its stack).
-    print("lazypin's share, from the first call record (us, medians):")
+    # The log's first call record: its latency_ns is the driver's (or the
+    # pool's) part of the call; the rest of the program's time for it is
+    # lazypin's own (the hook, the record, its stack; set-up too where it ran
+    # inside the call: a program that reaches the driver without the getter).
+    print("inside the first call (us, medians of the log's first call record):")
     for name, xs in parts.items():
         if not xs:
             continue
         med = lambda v: statistics.median(v) / 1e3
-        print("  %-5s set-up before the driver call %8.1f, the driver call %8.1f, after it %8.1f"
-              % (name, med([t - l for t, l, _ in xs]), med([l for _, l, _ in xs]),
-                 med([a - t for t, _, a in xs])))
-
+        print("  %-5s the driver (or pool) call %8.1f, lazypin's own %8.1f"
+              % (name, med([l for _, l, _ in xs]), med([a - l for _, l, a in xs])))
 
 if __name__ == "__main__":
     main()

@@ -11,10 +11,12 @@
 
 #include "fmt/format.h"
 #include "json.h"
+#include "pages.h"
 #include "pyframe.h"
 
 namespace lazypin {
 namespace {
+
 
 struct Unwinding {
   uintptr_t* frames;
@@ -60,18 +62,6 @@ std::string ExecutablePath() {
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
 }
 
-// PrepareEarly's scan, for the first CallSites.
-struct EarlyScan {
-  std::mutex mu;
-  bool done = false;
-  std::vector<std::pair<uintptr_t, uintptr_t>> objects;
-  std::string list;  // the `objects` record's list
-};
-EarlyScan& Early() {
-  static EarlyScan* scan = new EarlyScan;  // never destroyed
-  return *scan;
-}
-
 // One loaded object as the `objects` record lists it.
 void AppendObject(std::string* list, const dl_phdr_info* info, uintptr_t hi) {
   const char* name = info->dlpi_name != nullptr ? info->dlpi_name : "";
@@ -82,26 +72,27 @@ void AppendObject(std::string* list, const dl_phdr_info* info, uintptr_t hi) {
 
 }  // namespace
 
-void CallSites::PrepareEarly() {
-  EarlyScan& early = Early();
-  std::lock_guard<std::mutex> lock(early.mu);
-  if (early.done) return;
-  early.done = true;
-  dl_iterate_phdr(
-      [](dl_phdr_info* info, size_t, void* arg) {
-        auto* e = static_cast<EarlyScan*>(arg);
-        const auto [lo, hi] = Segments(info);
-        if (hi == 0) return 0;
-        for (const auto& o : e->objects) {
-          if (lo >= o.first && lo < o.second) return 0;
-        }
-        e->objects.push_back({lo, hi});
-        AppendObject(&e->list, info, hi);
-        return 0;
-      },
-      &early);
+CallSites::CallSites(const void* own_code) {
+  if (own_code != nullptr) own_ = ObjectRange(own_code);
+  std::lock_guard<std::mutex> lock(mu_);
+  const size_t keys_bytes = sizeof(KeySlot) * kKeys;
+  void* keys = mmap(nullptr, keys_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (keys != MAP_FAILED) {
+    keys_ = static_cast<KeySlot*>(keys);
+    PopulateWrite(keys, keys_bytes);  // a key lands anywhere in it
+  }
+  const size_t index_bytes = sizeof(uint32_t) * kSlots;
+  void* table = mmap(nullptr, index_bytes + sizeof(Stack) * kStacks, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (table != MAP_FAILED) {
+    index_ = static_cast<uint32_t*>(table);
+    stacks_ = reinterpret_cast<Stack*>(static_cast<char*>(table) + index_bytes);
+    PopulateWrite(table, index_bytes + 2 * 4096);
+  }
+  first_objects_line_ = NewObjectsLine();
   uintptr_t frames[kMaxFrames];
-  CaptureFrames(frames, kMaxFrames, 0, 0);  // the unwinder's first use, here
+  CaptureFrames(frames, kMaxFrames, 0, 0);
+  PreparePythonFrame();
 }
 
 size_t CaptureFrames(uintptr_t* frames, size_t capacity, uintptr_t skip_lo, uintptr_t skip_hi) {
@@ -129,27 +120,14 @@ std::pair<uintptr_t, uintptr_t> CallSites::ObjectRange(const void* address) {
 }
 
 int CallSites::Capture(Emit emit) {
-  std::pair<uintptr_t, uintptr_t> own;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!own_known_ && own_code_ != nullptr) own_ = ObjectRange(own_code_);
-    own_known_ = true;
-    own = own_;
-  }
   uintptr_t frames[kMaxFrames];
-  const size_t count = CaptureFrames(frames, kMaxFrames, own.first, own.second);
+  const size_t count = CaptureFrames(frames, kMaxFrames, own_.first, own_.second);
   return Intern(frames, count, PythonFrame(), emit);
 }
 
 int CallSites::CaptureOnce(uint64_t key, Emit emit) {
   if (key != 0) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!keys_tried_) {
-      keys_tried_ = true;
-      void* p = mmap(nullptr, sizeof(KeySlot) * kKeys, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      if (p != MAP_FAILED) keys_ = static_cast<KeySlot*>(p);
-    }
     if (keys_ != nullptr) {  // else every call captures (below, without the lock)
       const KeySlot& slot = keys_[(key * 0x9e3779b97f4a7c15u) >> 52];
       if (slot.key == key && slot.id != 0) return slot.id;
@@ -169,40 +147,28 @@ int CallSites::Intern(const uintptr_t* frames, size_t count, std::string_view py
   uint64_t hash = HashFrames(frames, count);
   for (char c : python) hash = (hash ^ static_cast<unsigned char>(c)) * 0x100000001b3u;
   std::lock_guard<std::mutex> lock(mu_);
-  if (!slots_tried_) {
-    slots_tried_ = true;
-    void* p = mmap(nullptr, sizeof(Slot) * kSlots, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p != MAP_FAILED) slots_ = static_cast<Slot*>(p);
-  }
-  if (slots_ == nullptr) return 0;
-  if (!adopted_) {  // PrepareEarly's scan: those objects are known, their record comes first
-    adopted_ = true;
-    EarlyScan& early = Early();
-    std::lock_guard<std::mutex> early_lock(early.mu);
-    for (const auto& [lo, hi] : early.objects) objects_.push_back({lo, hi});
-    if (!early.list.empty()) early_line_ = R"({"type":"objects","list":[)" + early.list + "]}";
-  }
+  if (index_ == nullptr) return 0;
   for (size_t probe = 0; probe < kSlots; ++probe) {
-    Slot& slot = slots_[(hash + probe) & (kSlots - 1)];
-    if (slot.count == 0) {
-      if (used_ * 4 >= kSlots * 3) return 0;  // full enough: probes stay short
-      slot.hash = hash;
-      slot.count = static_cast<uint32_t>(count);
-      std::copy(frames, frames + count, slot.frames);
-      slot.id = static_cast<int>(++used_);
-      if (!early_line_.empty()) {  // the early scan's objects, before the first stack
-        emit(early_line_);
-        std::string().swap(early_line_);
+    uint32_t& id = index_[(hash + probe) & (kSlots - 1)];
+    if (id == 0) {
+      if (used_ == kStacks) return 0;
+      Stack& stack = stacks_[used_];
+      stack.hash = hash;
+      stack.count = static_cast<uint32_t>(count);
+      std::copy(frames, frames + count, stack.frames);
+      id = static_cast<uint32_t>(++used_);
+      if (!first_objects_line_.empty()) {  // the constructor's scan, before the first stack
+        emit(first_objects_line_);
+        std::string().swap(first_objects_line_);
       }
-      slot.python = python.empty() ? nullptr : new std::string(python);
+      stack.python = python.empty() ? nullptr : new std::string(python);
       bool all_known = true;
       for (size_t i = 0; i < count && all_known; ++i) all_known = Known(frames[i]);
       if (!all_known) {
         const std::string objects = NewObjectsLine();
         if (!objects.empty()) emit(objects);
       }
-      std::string line = fmt::format(R"({{"type":"stack","id":{},"frames":[)", slot.id);
+      std::string line = fmt::format(R"({{"type":"stack","id":{},"frames":[)", id);
       for (size_t i = 0; i < count; ++i) {
         fmt::format_to(std::back_inserter(line), R"({}"{:#x}")", i == 0 ? "" : ",", frames[i]);
       }
@@ -210,12 +176,13 @@ int CallSites::Intern(const uintptr_t* frames, size_t count, std::string_view py
       if (!python.empty()) line += R"(,"python":)" + JsonString(python);
       line += "}";
       emit(line);
-      return slot.id;
+      return static_cast<int>(id);
     }
-    if (slot.hash == hash && slot.count == count &&
-        (slot.python != nullptr ? std::string_view(*slot.python) : std::string_view()) == python &&
-        std::equal(frames, frames + count, slot.frames)) {
-      return slot.id;
+    const Stack& stack = stacks_[id - 1];
+    if (stack.hash == hash && stack.count == count &&
+        (stack.python != nullptr ? std::string_view(*stack.python) : std::string_view()) == python &&
+        std::equal(frames, frames + count, stack.frames)) {
+      return static_cast<int>(id);
     }
   }
   return 0;

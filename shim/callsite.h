@@ -33,11 +33,14 @@ size_t CaptureFrames(uintptr_t* frames, size_t capacity, uintptr_t skip_lo, uint
 class CallSites {
  public:
   static constexpr size_t kMaxFrames = 16;  // outside lazypin; the report shows 4
-  static constexpr size_t kSlots = 4096;  // unique stacks kept; later new ones get no id
+  static constexpr size_t kSlots = 4096;  // the index's size; 3/4 of it: unique stacks kept
 
   // Frames inside the object that holds `own_code` (lazypin's) are left out;
-  // null: none are. The object is looked up on the first Capture.
-  explicit CallSites(const void* own_code) : own_code_(own_code) {}
+  // null: none are. Does here what the first Capture would otherwise do
+  // inside the program's call: looks up that object, maps the tables, scans
+  // the loaded objects (their `objects` record goes before the first stack),
+  // unwinds once (the unwinder's first use) and resolves the Python API.
+  explicit CallSites(const void* own_code);
   CallSites(const CallSites&) = delete;
   CallSites& operator=(const CallSites&) = delete;
 
@@ -48,13 +51,6 @@ class CallSites {
   using Emit = absl::FunctionRef<void(std::string_view line)>;
   int Capture(Emit emit);
 
-  // Before any CallSites exists, from a path that precedes the program's
-  // first registration (cudart's set-up): scans the objects loaded now and
-  // unwinds the calling thread once, so that the first Capture (inside the
-  // program's first call) finds them scanned and the unwinder warm. The
-  // first CallSites adopts the scan: its `objects` record is emitted before
-  // its first stack. Thread-safe; once.
-  static void PrepareEarly();
 
   // Capture() once per `key` (a call's API, address and size): a later call
   // with the same key gets the id its first one got, without unwinding
@@ -73,13 +69,13 @@ class CallSites {
   struct Object {
     uintptr_t lo, hi;  // [lo, hi): its loaded segments
   };
-  struct Slot {  // all zero: empty
+  struct Stack {  // an interned stack; its id is its index + 1
     uint64_t hash;
-    uint32_t count;  // 0: empty
-    int id;
-    const std::string* python;  // null: none (never freed: at most kSlots)
+    uint32_t count;
+    const std::string* python;  // null: none (never freed: at most kStacks)
     uintptr_t frames[kMaxFrames];
   };
+  static constexpr size_t kStacks = kSlots / 4 * 3;  // the index stays a quarter empty: short probes
   bool Known(uintptr_t pc) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Scans the loaded objects; returns the `objects` line for those not yet written ("" if none).
   std::string NewObjectsLine() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -90,23 +86,20 @@ class CallSites {
     int id = 0;
   };
 
-  const void* const own_code_;
   std::mutex mu_;
-  // kKeys, a zeroed anonymous mapping made on first use (as slots_); null:
-  // the mapping failed, every call captures.
+  std::pair<uintptr_t, uintptr_t> own_ = {0, 0};  // lazypin's object; set by the constructor
+  // kKeys, a zeroed anonymous mapping; null: the mapping failed, every call captures.
   KeySlot* keys_ ABSL_GUARDED_BY(mu_) = nullptr;
-  bool keys_tried_ ABSL_GUARDED_BY(mu_) = false;
-  bool own_known_ ABSL_GUARDED_BY(mu_) = false;
-  std::pair<uintptr_t, uintptr_t> own_ ABSL_GUARDED_BY(mu_) = {0, 0};
-  // kSlots, a zeroed anonymous mapping made on first use and touched only as
-  // slots fill (no 576 KiB of page faults in the first call's record);
-  // never unmapped (null: the mapping failed, no stack gets an id).
-  Slot* slots_ ABSL_GUARDED_BY(mu_) = nullptr;
-  bool slots_tried_ ABSL_GUARDED_BY(mu_) = false;
+  // One zeroed anonymous mapping, never unmapped: the index (kSlots ids by
+  // hash, open addressing; 0: empty), then kStacks stacks in id order. The
+  // constructor faults in the index and the first stacks, the rest fault in
+  // as stacks are added. Null: the mapping failed, no stack gets an id.
+  uint32_t* index_ ABSL_GUARDED_BY(mu_) = nullptr;
+  Stack* stacks_ ABSL_GUARDED_BY(mu_) = nullptr;
   size_t used_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Object> objects_ ABSL_GUARDED_BY(mu_);
-  bool adopted_ ABSL_GUARDED_BY(mu_) = false;  // PrepareEarly's scan taken over
-  std::string early_line_ ABSL_GUARDED_BY(mu_);  // its `objects` record, until emitted
+  // The constructor's scan as an `objects` record, until the first stack emits it.
+  std::string first_objects_line_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace lazypin

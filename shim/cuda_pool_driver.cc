@@ -54,9 +54,12 @@ void FutexWake(std::atomic<uint32_t>* word, int count) {
 // persistent kernel) it never returns. Never destroyed.
 class ContextIdleWaiter {
  public:
+  // `ctx` null: a waiter for the next context that WaiterFor meets (Adopt).
   explicit ContextIdleWaiter(Context ctx) : ctx_(ctx) {
     StartThreadWithSignalsBlocked([this] { Run(); }).detach();
   }
+  // Before its first Wait.
+  void Adopt(Context ctx) { ctx_.store(ctx, std::memory_order_release); }
 
   // True once the work in flight in the context when this was called has
   // finished; false at `deadline_ns`, when the synchronize failed or was not
@@ -76,7 +79,7 @@ class ContextIdleWaiter {
       FutexWait(&done_, done, left);
     }
   }
-  Context ctx() const { return ctx_; }
+  Context ctx() const { return ctx_.load(std::memory_order_acquire); }
 
  private:
   void Run() {
@@ -93,8 +96,9 @@ class ContextIdleWaiter {
       // Every request up to `wanted` was made before this synchronize began,
       // so it covers the work each of them found in flight.
       bool ok = false;
-      if (push != nullptr && pop != nullptr && sync != nullptr && !Captures().InProgress(ctx_) &&
-          push(static_cast<CUcontext>(ctx_)) == CUDA_SUCCESS) {
+      const Context ctx = this->ctx();
+      if (push != nullptr && pop != nullptr && sync != nullptr && !Captures().InProgress(ctx) &&
+          push(static_cast<CUcontext>(ctx)) == CUDA_SUCCESS) {
         busy_since_.store(MonotonicNs(), std::memory_order_release);
         ok = sync() == CUDA_SUCCESS;
         busy_since_.store(0, std::memory_order_release);
@@ -107,14 +111,16 @@ class ContextIdleWaiter {
     }
   }
 
-  const Context ctx_;
+  std::atomic<Context> ctx_;
   std::atomic<uint32_t> requested_{0};  // futex: rounds asked for
   std::atomic<uint32_t> done_{0};       // futex: the last round finished
   std::atomic<bool> last_ok_{false};
   std::atomic<int64_t> busy_since_{0};  // when the synchronize in progress began; 0: none
 };
 
-// The context's waiter, started on first use; null past kMaxContexts.
+// The context's waiter (`ctx` null: one started for a context not yet
+// seen, which the next new context adopts), started on first use unless one
+// waits for adoption; null past kMaxContexts.
 ContextIdleWaiter* WaiterFor(Context ctx) {
   static constexpr int kMaxContexts = 16;
   static std::mutex mu;
@@ -123,6 +129,10 @@ ContextIdleWaiter* WaiterFor(Context ctx) {
   std::lock_guard<std::mutex> lock(mu);
   for (int i = 0; i < count; ++i) {
     if (waiters[i]->ctx() == ctx) return waiters[i];
+  }
+  if (ctx != nullptr && count > 0 && waiters[count - 1]->ctx() == nullptr) {
+    waiters[count - 1]->Adopt(ctx);
+    return waiters[count - 1];
   }
   if (count == kMaxContexts) return nullptr;
   // Without memory or a thread for it (a release that makes room after an
@@ -177,8 +187,13 @@ int ReleaseInContext(Context ctx, ReleaseWait* wait, absl::FunctionRef<int()> re
 
 class CudaPoolDriver final : public PoolDriver {
  public:
+  // Opens the maps descriptor that Admit queries and starts the first
+  // context's waiter, here rather than in the first register.
   CudaPoolDriver(MemWatch* watch, bool defer_shared, int prefault_threads)
-      : watch_(watch), defer_shared_(defer_shared), prefault_threads_(prefault_threads) {}
+      : watch_(watch), defer_shared_(defer_shared), prefault_threads_(prefault_threads) {
+    HaveProcmapQuery();
+    WaiterFor(nullptr);
+  }
 
   PassReason Admit(uintptr_t lo, uintptr_t hi) override {
     if (!defer_shared_ && !Deferrable(ClassifyRange(lo, hi))) return PassReason::kShared;

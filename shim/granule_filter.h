@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "pages.h"
+
 namespace lazypin {
 
 class GranuleFilter {
@@ -32,7 +34,7 @@ class GranuleFilter {
   void Prefault() {
     for (std::atomic<uint32_t>* table : {fine_.get(), coarse_.get()}) {
       if (table == nullptr) continue;
-      if (madvise(table, kTableBytes, 23 /* MADV_POPULATE_WRITE, Linux 5.14 */) == 0) continue;
+      if (PopulateWrite(table, kTableBytes)) continue;
       for (size_t i = 0; i < kSlots; i += 4096 / sizeof(*table)) {
         table[i].fetch_add(0, std::memory_order_relaxed);
       }

@@ -18,7 +18,6 @@
 // must stay itself here, not be renamed by cuda.h's #defines.
 #define __CUDA_API_VERSION_INTERNAL 1
 #include "auto_pin.h"
-#include "callsite.h"
 #include "capture.h"
 #include "cuda.h"
 #include "dispatch.h"
@@ -596,22 +595,19 @@ const HookEntry* FindByName(const char* name) {
 
 // cudart (or a program) is asking the driver's getter for its entry points:
 // CUDA is being set up, before the program's first registration (not from a
-// library constructor, unlike dlsym, so no loader lock is held here). lazypin's threads start
-// here (spares, see PrepareSpareThreads), so that its own set-up, inside that
-// first registration, starts none. As many as the mode will want: the log's
-// writer; deferring, also the collector and the kernel watch's reader.
-void PrepareThreadsEarly() {
+// library constructor, unlike dlsym, so no loader lock is held here). lazypin
+// sets itself up here, once, so that the program's first registration finds
+// everything ready: its threads start first as spares (PrepareSpareThreads),
+// which the set-up hands their bodies: the log's writer; deferring, also the
+// collector, the kernel watch's reader and the first context's idle waiter.
+void SetUpWithCuda() {
   static std::atomic<bool> done{false};
   if (done.load(std::memory_order_relaxed) || done.exchange(true)) return;
-  if (PublishedState() != nullptr) return;  // set up already: its threads run
+  if (PublishedState() != nullptr) return;  // set up already
   const char* mode = getenv("LAZYPIN_MODE");
   if (mode != nullptr && strcmp(mode, "off") == 0) return;
-  PrepareSpareThreads(mode != nullptr && strcmp(mode, "defer") == 0 ? 3 : 1);
-  PrepareSetUpEarly();
-  // The call sites' scan of the loaded objects and the unwinder's first use,
-  // here too (callsite.h), unless stacks are off.
-  const char* stacks = getenv("LAZYPIN_STACKS");
-  if (stacks == nullptr || strcmp(stacks, "0") != 0) CallSites::PrepareEarly();
+  PrepareSpareThreads(mode != nullptr && strcmp(mode, "defer") == 0 ? 4 : 1);
+  ActiveState();
 }
 
 void* DlsymHooked(void* handle, const char* symbol, const HookEntry& entry) {
@@ -628,7 +624,7 @@ void* DlsymHooked(void* handle, const char* symbol, const HookEntry& entry) {
 
 void SwapForHook(const char* symbol, int version, uint64_t flags, void** pfn) {
   if (symbol == nullptr || pfn == nullptr || *pfn == nullptr || IsOurs(*pfn)) return;
-  PrepareThreadsEarly();
+  SetUpWithCuda();
   const HookEntry::Stream stream = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)
                                        ? HookEntry::Stream::kPerThread
                                        : HookEntry::Stream::kLegacy;

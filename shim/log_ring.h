@@ -18,17 +18,22 @@
 #include <cstring>
 
 #include "log_entry.h"
+#include "pages.h"
 
 namespace lazypin {
 
 class LogRing {
  public:
   static constexpr uint64_t kSlots = 8192;  // a power of two; 640 KiB of slots
+  static constexpr size_t kFirstPagesBytes = 16384;
 
   LogRing() {
     void* p = mmap(nullptr, sizeof(Slot) * kSlots, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     slots_ = p == MAP_FAILED ? nullptr : static_cast<Slot*>(p);
+    // The first records (a call's stack and objects lines, its record) take
+    // no page fault in the program's first call; Prefault does the rest.
+    if (slots_ != nullptr) PopulateWrite(slots_, kFirstPagesBytes);
   }
   LogRing(const LogRing&) = delete;
   LogRing& operator=(const LogRing&) = delete;
@@ -40,7 +45,7 @@ class LogRing {
   // push), so that no push takes a page fault. For the writer thread.
   void Prefault() {
     if (slots_ == nullptr) return;
-    if (madvise(slots_, sizeof(Slot) * kSlots, 23 /* MADV_POPULATE_WRITE, Linux 5.14 */) == 0) return;
+    if (PopulateWrite(slots_, sizeof(Slot) * kSlots)) return;
     for (uint64_t i = 0; i < kSlots; i += 4096 / sizeof(Slot)) {
       slots_[i].seq.fetch_add(0, std::memory_order_relaxed);
     }

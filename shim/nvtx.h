@@ -10,6 +10,10 @@
 
 namespace lazypin::nvtx {
 
+// Finds the tool (if any) and creates the domain now, at set-up, rather
+// than in the program's first call.
+void Prepare();
+
 // A program call starts (a range is pushed on this thread) and ends (its
 // action's marker, then the range is popped). Calls nest as the hooks do.
 void CallBegins(Api api);

@@ -12,6 +12,8 @@
 #include <atomic>
 #include <cstdlib>
 
+#include "pages.h"
+
 namespace lazypin {
 namespace {
 
@@ -37,10 +39,6 @@ constexpr unsigned long kProcmapQuery = _IOWR('f', 17, ProcmapQuery);
 constexpr uint64_t kQueryVmaShared = 0x08;
 constexpr uint64_t kQueryCoveringOrNext = 0x10;
 
-uintptr_t PageSize() {
-  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  return page;
-}
 
 // /proc/self/maps, opened once per process for the ioctl (a descriptor
 // inherited over fork would describe the parent's memory).
@@ -173,8 +171,8 @@ bool ForEachMapping(uintptr_t lo, uintptr_t hi, absl::FunctionRef<bool(const Map
 }
 
 PageClass ClassifyRange(uintptr_t lo, uintptr_t hi, MapsMethod method) {
-  lo &= ~(PageSize() - 1);
-  hi = (hi + PageSize() - 1) & ~(PageSize() - 1);
+  lo = PageFloor(lo);
+  hi = PageCeil(hi);
   if (lo >= hi) return PageClass::kUnmapped;
   uintptr_t cursor = lo;
   PageClass worst = PageClass::kPrivateAnonymous;

@@ -15,10 +15,6 @@
 #include "pages.h"
 #include "thread_state.h"
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
-
 namespace lazypin {
 namespace {
 
@@ -32,7 +28,7 @@ std::atomic<bool> g_unsupported{false};
 
 bool Populate(uintptr_t lo, uintptr_t hi) {
   if (lo >= hi) return true;
-  if (madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_POPULATE_WRITE) == 0) return true;
+  if (PopulateWrite(reinterpret_cast<void*>(lo), hi - lo)) return true;
   if (errno == EINVAL) g_unsupported.store(true, std::memory_order_relaxed);
   return false;
 }

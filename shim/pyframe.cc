@@ -67,6 +67,8 @@ const PythonApi* Api() {
 
 }  // namespace
 
+void PreparePythonFrame() { Api(); }
+
 std::string PythonFrame() {
   const PythonApi* py = Api();
   if (py == nullptr || !py->is_initialized() || py->is_finalizing() || py->gil_check() != 1) {

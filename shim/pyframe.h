@@ -21,4 +21,8 @@ namespace lazypin {
 // "path/to/file.py:12 in function", or "" when there is none or it may not be read.
 std::string PythonFrame();
 
+// Looks the interpreter's API up now (PythonFrame does on its first call);
+// once per process: an interpreter loaded later is not seen.
+void PreparePythonFrame();
+
 }  // namespace lazypin

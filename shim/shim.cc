@@ -79,19 +79,6 @@ std::string ReadSmallFile(const char* path) {
 
 void Publish(const ShimState* state) { __atomic_store_n(&g_state, state, __ATOMIC_RELEASE); }
 
-// Deferring set-up done before the program's first registration
-// (PrepareSetUpEarly), for Init to take in the same process.
-struct EarlySetUp {
-  pid_t pid = 0;
-  bool self_test_ok = false;
-  std::string self_test_failed;
-  bool watch_tried = false;          // MemWatch::Open was called (else Init calls it)
-  MemWatch* watch = nullptr;         // its result, until Init takes it
-  std::string watch_reason;
-};
-EarlySetUp* g_early = nullptr;  // published once (release), never freed
-
-
 class Shim;
 Shim* g_shim = nullptr;  // set once, before Init() publishes the first state
 
@@ -182,7 +169,7 @@ class Shim final : public DispatchEnv, public PoolObserver, public HostAllocObse
 
   // AutoPinSink
   void RecordAutoPin(const AutoPinRecord& record) override;
-  void OnFirstCopy() override { InstallExitHandlerOnce(); }
+  void OnFirstCopy() override { InstallHandlersOnce(); }
 
  private:
   int64_t SinceStart() const { return MonotonicNs() - start_mono_ns_; }
@@ -191,9 +178,8 @@ class Shim final : public DispatchEnv, public PoolObserver, public HostAllocObse
   // statistics, then formats it.
   void FormatEntry(const LogEntry& entry, std::string* line);
   // Opens the kernel watch as LAZYPIN_WATCH asks; false when it is required and cannot be had.
-  // `early`: what PrepareSetUpEarly did in this process, or null.
-  bool OpenWatch(EarlySetUp* early);
-  void InstallExitHandlerOnce();
+  bool OpenWatch();
+  void InstallHandlersOnce();
   void MarkProcess();
 
   Config config_;
@@ -220,7 +206,7 @@ class Shim final : public DispatchEnv, public PoolObserver, public HostAllocObse
   std::string why_;  // why the effective mode differs from the requested one
   std::vector<std::string> warnings_;  // the configuration's, for the log's first lines
   const ShimState* state_ = nullptr;
-  std::atomic<bool> exit_handler_installed_{false};
+  std::atomic<bool> handlers_installed_{false};
   real::Lazy<CUresult (*)(CUcontext*)> ctx_get_current_;
   real::Lazy<CUresult (*)(CUdevice*)> ctx_get_device_;
   real::Lazy<CUresult (*)(int*)> driver_get_version_;
@@ -308,10 +294,11 @@ uint64_t MemoryForPercentages() {
   return limit != 0 && limit < ram ? limit : ram;
 }
 
-// Set-up, inside the program's first call: parse the configuration, build the
-// call path (and, deferring, the pool and its collector thread), publish it,
-// and start the log's writer thread, which creates the file and writes the
-// header while the program goes on (records are kept in memory until then).
+// Set-up (ActiveState says when): parse the configuration, build the call
+// path (and, deferring, the pool and its collector thread), look up what the
+// first call would (NVTX's tool, the call sites' objects), publish
+// it, and start the log's writer thread, which creates the file and writes
+// the header once the first record is there (records are kept in memory until then).
 void Shim::Init() {
   MarkProcess();
   start_mono_ns_ = MonotonicNs();
@@ -330,17 +317,10 @@ void Shim::Init() {
 
   effective_ = config_.mode;
   if (effective_ == Mode::kDefer) {
-    // Done already when cudart set itself up (PrepareSetUpEarly), in this
-    // process (not a fork's parent).
-    EarlySetUp* early = __atomic_load_n(&g_early, __ATOMIC_ACQUIRE);
-    if (early != nullptr && early->pid != getpid()) early = nullptr;
     std::string failed;
-    const bool self_test_ok =
-        early != nullptr ? (failed = early->self_test_failed, early->self_test_ok)
-                         : MemoryHooksSelfTest(&failed);
-    if (!self_test_ok) {
+    if (!MemoryHooksSelfTest(&failed)) {
       why_ = fmt::format("the memory hooks' self-test failed ({})", failed);
-    } else if (!OpenWatch(early)) {
+    } else if (!OpenWatch()) {
       why_ = fmt::format("LAZYPIN_WATCH=kernel and the kernel watch is not available ({})",
                          watch_reason_);
     }
@@ -415,19 +395,7 @@ void Shim::Init() {
                                       static_cast<int>(config_.autopin_after)});
     }
   }
-  pthread_atfork(ForkPrepareHandler, nullptr, ForkChildHandler);
-  for (int sig : {SIGTERM, SIGINT}) {
-    struct sigaction old;
-    if (sigaction(sig, nullptr, &old) == 0 && !(old.sa_flags & SA_SIGINFO) &&
-        old.sa_handler == SIG_DFL) {
-      struct sigaction action = {};
-      action.sa_handler = SignalHandler;
-      sigemptyset(&action.sa_mask);
-      action.sa_flags = SA_RESTART;
-      old_action_[sig] = old;
-      sigaction(sig, &action, nullptr);
-    }
-  }
+  nvtx::Prepare();
   state_ = new ShimState{config_.mode, effective_, why_.c_str(), dispatch_.get(), guard_.get(),
                          auto_pin_.get()};
   Publish(state_);
@@ -449,18 +417,12 @@ void Shim::Init() {
   }
 }
 
-bool Shim::OpenWatch(EarlySetUp* early) {
+bool Shim::OpenWatch() {
   if (config_.watch == WatchMode::kHooks) {
     watch_reason_ = "LAZYPIN_WATCH=hooks";
     return true;
   }
-  if (early != nullptr && early->watch_tried) {
-    watch_.reset(early->watch);
-    early->watch = nullptr;
-    watch_reason_ = early->watch_reason;
-  } else {
-    watch_ = MemWatch::Open(&watch_reason_);
-  }
+  watch_ = MemWatch::Open(&watch_reason_);
   return watch_ != nullptr || config_.watch == WatchMode::kAuto;
 }
 
@@ -488,14 +450,29 @@ std::string Shim::HeaderLine(const std::string& log_path) {
   return HeaderRecord(info);
 }
 
-void Shim::InstallExitHandlerOnce() {
-  // After the first real call, so that cudart (set up inside that call)
-  // registered its own exit handler first, and ours runs while CUDA is alive.
-  if (exit_handler_installed_.load(std::memory_order_relaxed) ||
-      exit_handler_installed_.exchange(true)) {
+void Shim::InstallHandlersOnce() {
+  // After the first real call, not at set-up (which may run inside CUDA's
+  // own): CUDA registered its exit and fork handlers first, and ours run
+  // before them (both run last-registered first), while CUDA is usable; a
+  // process that never makes a call keeps its signal dispositions untouched.
+  // A fork's child before this is told apart by MarkProcess's page.
+  if (handlers_installed_.load(std::memory_order_relaxed) || handlers_installed_.exchange(true)) {
     return;
   }
   atexit(ExitHandler);
+  pthread_atfork(ForkPrepareHandler, nullptr, ForkChildHandler);
+  for (int sig : {SIGTERM, SIGINT}) {  // the log's last records on a fatal signal
+    struct sigaction old;
+    if (sigaction(sig, nullptr, &old) == 0 && !(old.sa_flags & SA_SIGINFO) &&
+        old.sa_handler == SIG_DFL) {
+      struct sigaction action = {};
+      action.sa_handler = SignalHandler;
+      sigemptyset(&action.sa_mask);
+      action.sa_flags = SA_RESTART;
+      old_action_[sig] = old;
+      sigaction(sig, &action, nullptr);
+    }
+  }
 }
 
 int Shim::StackOf(Action action, uint64_t what, uintptr_t ptr, size_t bytes) {
@@ -534,7 +511,7 @@ void Shim::Record(const CallRecord& record) {
   entry.bytes = record.call.bytes;
   entry.stack = stack;
   log_->Write(entry);
-  InstallExitHandlerOnce();
+  InstallHandlersOnce();
 }
 
 void Shim::OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result, int64_t latency_ns,
@@ -605,7 +582,7 @@ void Shim::RecordAutoPin(const AutoPinRecord& record) {
   if (record.result != kCudaSuccess) stats_.RecordAutoPinFailure();
   nvtx::AutoPinned(record.result == kCudaSuccess);
   if (log_) log_->Write(AutoPinRecordLine(SinceStart(), ThreadId(), record).view());
-  InstallExitHandlerOnce();
+  InstallHandlersOnce();
 }
 
 void Shim::OnWarning(const std::string& message) {
@@ -742,23 +719,6 @@ const ShimState* StateInThisProcess() {
   const ShimState* state = PublishedState();
   if (state != nullptr && state->dispatch != nullptr && LeftSetUpProcess()) state = PublishedState();
   return state;
-}
-
-void PrepareSetUpEarly() {
-  static std::atomic<bool> done{false};
-  if (done.exchange(true) || PublishedState() != nullptr) return;
-  const char* mode = getenv("LAZYPIN_MODE");
-  if (mode == nullptr || strcmp(mode, "defer") != 0) return;
-  ScopedInsideLazypin inside;
-  auto* early = new EarlySetUp;  // never freed
-  early->pid = getpid();
-  early->self_test_ok = MemoryHooksSelfTest(&early->self_test_failed);
-  const char* watch = getenv("LAZYPIN_WATCH");
-  if (early->self_test_ok && (watch == nullptr || strcmp(watch, "hooks") != 0)) {
-    early->watch = MemWatch::Open(&early->watch_reason).release();
-    early->watch_tried = true;
-  }
-  __atomic_store_n(&g_early, early, __ATOMIC_RELEASE);
 }
 
 const ShimState* ActiveState() {

@@ -32,15 +32,10 @@ inline const ShimState* PublishedState() { return __atomic_load_n(&g_state, __AT
 // queries, teardown): it may cost a syscall.
 const ShimState* StateInThisProcess();
 
-// The state, setting lazypin up on the first call (register/unregister hooks):
-// the program's first CUDA registration call is where lazypin starts.
+// The state, setting lazypin up on first use: when CUDA is set up (cudart
+// asking the driver's getter for its entry points), else in the program's
+// first registration call (a program that reaches the driver without the
+// getter: linked with -lcuda, or dlsym).
 const ShimState* ActiveState();
-
-// Called before the program's first registration (cudart's set-up asking the
-// getter for entry points), once: deferring, it does there the set-up work
-// that needs no configuration beyond LAZYPIN_MODE and LAZYPIN_WATCH (the
-// memory hooks' self-test, the kernel watch's open), for ActiveState's set-up
-// to take in this process. Nothing when lazypin is set up already.
-void PrepareSetUpEarly();
 
 }  // namespace lazypin

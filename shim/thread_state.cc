@@ -39,6 +39,8 @@ void FutexWake(std::atomic<uint32_t>* word) {
 
 // The spare threads: each waits on its slot's state for a job.
 constexpr int kMaxSpares = 4;
+// kIdle from its thread's creation (it may not run yet: the set-up claims
+// spares right after starting them); the thread waits for kGiven.
 enum SlotState : uint32_t { kEmpty, kIdle, kClaimed, kGiven };
 struct SpareSlot {
   std::atomic<uint32_t> state{kEmpty};  // futex
@@ -50,7 +52,6 @@ std::atomic<bool> g_spares_prepared{false};
 
 void* SpareMain(void* arg) {
   auto* slot = static_cast<SpareSlot*>(arg);
-  slot->state.store(kIdle, std::memory_order_release);
   for (;;) {
     const uint32_t state = slot->state.load(std::memory_order_acquire);
     if (state == kGiven) break;
@@ -86,6 +87,7 @@ void PrepareSpareThreads(int count) {
     bool ok = false;
     StartSignalsBlocked(&SpareMain, &g_spares[i], &ok);
     if (!ok) break;
+    g_spares[i].state.store(kIdle, std::memory_order_release);
   }
 }
 

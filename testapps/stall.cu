@@ -8,8 +8,9 @@
 // cudaStreamSynchronize from a pinned (cudaMallocHost) buffer on non-blocking
 // stream S2, in a loop, for 2 x --kernel-ms:
 //   baseline    A does nothing else (B's copies with no unregister)
-//   unregister  A times cudaHostUnregister of a 4 MiB buffer registered before
-//               the kernel was launched
+//   unregister  A times cudaHostUnregister of 8 buffers of 4 MiB, registered
+//               before the kernel was launched, one after another (the
+//               first one's time and the median)
 //   register    A times cudaHostRegister of another 4 MiB buffer while the
 //               kernel runs (the brief: register does not wait for the kernel)
 //   free        A times free() of a third 4 MiB buffer, registered and
@@ -27,7 +28,7 @@
 // release time is in its log's evict record);
 // Prints per phase: the call's latency, B's worst / median copy, the number of
 // copies, the kernel's measured time (events); then one line
-//   RESULT app=stall kernel_ms=<measured> unreg_us= reg_us= worst_copy_us=
+//   RESULT app=stall kernel_ms=<measured> unreg_us= unreg_median_us= reg_us= worst_copy_us=
 //          median_copy_us= worst_copy_baseline_us= median_copy_baseline_us=
 //          worst_copy_reg_us= copies= copies_baseline= free_us= worst_copy_free_us=
 // (fields of phases not run are 0).
@@ -54,8 +55,11 @@ __global__ void spin_kernel(long long cycles, int* out) {
   if (out) *out = static_cast<int>(now - start);
 }
 
+constexpr int kUnregisters = 8;  // buffers the unregister phase releases
+
 struct PhaseResult {
-  double call_us = 0;
+  double call_us = 0;  // the (first) call's
+  double median_call_us = 0;
   tapp::Stats copies;
   float kernel_ms = 0;
 };
@@ -120,14 +124,17 @@ int main(int argc, char** argv) {
   std::memset(pinned, 7, copy_bytes);
   CHECK(cudaMalloc(&dev_copy, copy_bytes));
   CHECK(cudaMalloc(&dev_out, sizeof(int)));
-  void* reg_a = tapp::alloc_aligned(reg_bytes);
+  void* reg_a[kUnregisters];
+  for (void*& p : reg_a) {
+    p = tapp::alloc_aligned(reg_bytes);
+    std::memset(p, 1, reg_bytes);
+  }
   void* reg_b = tapp::alloc_aligned(reg_bytes);
   void* reg_c = tapp::alloc_aligned(reg_bytes);
   void* reg_d = tapp::alloc_aligned(reg_bytes);
   void* reg_e = tapp::alloc_aligned(reg_bytes);
   std::memset(reg_d, 4, reg_bytes);
   std::memset(reg_e, 5, reg_bytes);
-  std::memset(reg_a, 1, reg_bytes);
   std::memset(reg_b, 2, reg_bytes);
   std::memset(reg_c, 3, reg_bytes);
 
@@ -140,7 +147,9 @@ int main(int argc, char** argv) {
   auto phase = [&](int which) {  // 0 baseline, 1 unregister, 2 register, 3 free, 4 idle, 5 evict
     PhaseResult r;
     if (!run_phase[which]) return r;
-    if (which == 1) CHECK(cudaHostRegister(reg_a, reg_bytes, 0));
+    if (which == 1) {
+      for (void* p : reg_a) CHECK(cudaHostRegister(p, reg_bytes, 0));
+    }
     void* pooled = which == 3 ? reg_c : which == 4 ? reg_d : which == 5 ? reg_e : nullptr;
     if (pooled != nullptr) {
       CHECK(cudaHostRegister(pooled, reg_bytes, 0));
@@ -161,11 +170,17 @@ int main(int argc, char** argv) {
     while (tapp::now_us() < until) {
     }
     double t0 = tapp::now_us();
-    if (which == 1) CHECK(cudaHostUnregister(reg_a));
+    std::vector<double> unregisters;
+    for (int i = 0; which == 1 && i < kUnregisters; ++i) {
+      const double u0 = tapp::now_us();
+      CHECK(cudaHostUnregister(reg_a[i]));
+      unregisters.push_back(tapp::now_us() - u0);
+    }
     if (which == 2) CHECK(cudaHostRegister(reg_b, reg_bytes, 0));
     if (which == 3) std::free(reg_c);
     if (which == 5) CHECK(cudaHostRegister(reg_e, reg_bytes / 2, 0));
-    r.call_us = tapp::now_us() - t0;
+    r.call_us = which == 1 ? unregisters[0] : tapp::now_us() - t0;
+    r.median_call_us = which == 1 ? tapp::stats(unregisters).median : r.call_us;
     b.join();
     CHECK(cudaEventSynchronize(k1));
     CHECK(cudaEventElapsedTime(&r.kernel_ms, k0, k1));
@@ -187,12 +202,13 @@ int main(int argc, char** argv) {
   phase(4);
   phase(5);
 
-  std::printf("RESULT app=stall kernel_ms=%.2f unreg_us=%.2f reg_us=%.2f worst_copy_us=%.2f "
+  std::printf("RESULT app=stall kernel_ms=%.2f unreg_us=%.2f unreg_median_us=%.2f reg_us=%.2f "
+              "worst_copy_us=%.2f "
               "median_copy_us=%.2f worst_copy_baseline_us=%.2f median_copy_baseline_us=%.2f "
               "worst_copy_reg_us=%.2f copies=%zu copies_baseline=%zu free_us=%.2f "
               "worst_copy_free_us=%.2f\n",
-              unreg.kernel_ms, unreg.call_us, reg.call_us, unreg.copies.max, unreg.copies.median,
-              base.copies.max, base.copies.median, reg.copies.max, unreg.copies.n, base.copies.n,
+              unreg.kernel_ms, unreg.call_us, unreg.median_call_us, reg.call_us, unreg.copies.max,
+              unreg.copies.median,              base.copies.max, base.copies.median, reg.copies.max, unreg.copies.n, base.copies.n,
               freed.call_us, freed.copies.max);
 
   CHECK(cudaEventDestroy(k0));
@@ -202,7 +218,7 @@ int main(int argc, char** argv) {
   CHECK(cudaFreeHost(pinned));
   CHECK(cudaFree(dev_copy));
   CHECK(cudaFree(dev_out));
-  std::free(reg_a);
+  for (void* p : reg_a) std::free(p);
   std::free(reg_b);
   std::free(reg_d);
   std::free(reg_e);

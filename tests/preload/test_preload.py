@@ -237,6 +237,19 @@ class PreloadTest(AppTestCase):
         self.assertEqual(records[-1]["ended_by"], "SIGTERM")
         self.assertGreater(len(calls(records)), 3)
 
+    def test_cuda_alone_changes_nothing(self):
+        # lazypin sets itself up when CUDA does (cudart asking the driver's
+        # getter), before any call it records: a program that never registers
+        # keeps its signal dispositions, forks, and leaves no log, in every mode.
+        for name in ("cuda_only",):  # the static twin needs a real driver: gpu-suite
+            bare = self.run_app([app(name)], shim=False)
+            self.assertEqual(bare.rc, 0, bare.err)
+            self.assertIn("SIGTERM=default SIGINT=default", bare.out)
+            for mode in ("log", "defer"):
+                run = self.run_app([app(name)], LAZYPIN_MODE=mode, LAZYPIN_SUMMARY="1")
+                self.assertEqual((run.rc, run.out, run.err), (0, bare.out, ""), (name, mode))
+                self.assertIsNone(run.log, (name, mode))
+
     def test_mode_off_writes_nothing(self):
         run = self.run_app([app("path_runtime_shared")], LAZYPIN_MODE="off")
         self.assertEqual(run.rc, 0)
