@@ -8,6 +8,7 @@
 #include <unwind.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "fmt/format.h"
 #include "json.h"
@@ -157,25 +158,15 @@ int CallSites::Intern(const uintptr_t* frames, size_t count, std::string_view py
       stack.count = static_cast<uint32_t>(count);
       std::copy(frames, frames + count, stack.frames);
       id = static_cast<uint32_t>(++used_);
-      if (!first_objects_line_.empty()) {  // the constructor's scan, before the first stack
-        emit(first_objects_line_);
-        std::string().swap(first_objects_line_);
-      }
       stack.python = python.empty() ? nullptr : new std::string(python);
+      if (!first_objects_line_.empty()) emit.objects(std::exchange(first_objects_line_, {}));
       bool all_known = true;
       for (size_t i = 0; i < count && all_known; ++i) all_known = Known(frames[i]);
       if (!all_known) {
-        const std::string objects = NewObjectsLine();
-        if (!objects.empty()) emit(objects);
+        std::string objects = NewObjectsLine();
+        if (!objects.empty()) emit.objects(std::move(objects));
       }
-      std::string line = fmt::format(R"({{"type":"stack","id":{},"frames":[)", id);
-      for (size_t i = 0; i < count; ++i) {
-        fmt::format_to(std::back_inserter(line), R"({}"{:#x}")", i == 0 ? "" : ",", frames[i]);
-      }
-      line += "]";
-      if (!python.empty()) line += R"(,"python":)" + JsonString(python);
-      line += "}";
-      emit(line);
+      emit.stack(static_cast<int>(id));
       return static_cast<int>(id);
     }
     const Stack& stack = stacks_[id - 1];
@@ -186,6 +177,20 @@ int CallSites::Intern(const uintptr_t* frames, size_t count, std::string_view py
     }
   }
   return 0;
+}
+
+std::string CallSites::StackLine(int id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (id <= 0 || static_cast<size_t>(id) > used_) return std::string();
+  const Stack& stack = stacks_[id - 1];
+  std::string line = fmt::format(R"({{"type":"stack","id":{},"frames":[)", id);
+  for (size_t i = 0; i < stack.count; ++i) {
+    fmt::format_to(std::back_inserter(line), R"({}"{:#x}")", i == 0 ? "" : ",", stack.frames[i]);
+  }
+  line += "]";
+  if (stack.python != nullptr) line += R"(,"python":)" + JsonString(*stack.python);
+  line += "}";
+  return line;
 }
 
 bool CallSites::Known(uintptr_t pc) const {

@@ -46,10 +46,19 @@ class CallSites {
 
   // Takes the calling thread's stack and returns its id (1, 2, ...), or 0
   // for none (no frame outside lazypin, or the table is full). `emit` gets,
-  // in order, the lines that must precede the first record naming a new id:
-  // an `objects` record for objects not yet written, then the `stack` record.
-  using Emit = absl::FunctionRef<void(std::string_view line)>;
+  // in order, what must precede the first record naming a new id: the line
+  // of an `objects` record for objects not yet written (rare: made here),
+  // then the new id, whose `stack` record is StackLine(id): formatted later,
+  // on any thread (the log's writer), not in the program's call. Called
+  // with the table locked: `emit` must not call back into this CallSites.
+  struct Emit {
+    absl::FunctionRef<void(std::string&& line)> objects;
+    absl::FunctionRef<void(int id)> stack;
+  };
   int Capture(Emit emit);
+
+  // The `stack` record of an id that Capture, CaptureOnce or Intern returned.
+  std::string StackLine(int id);
 
 
   // Capture() once per `key` (a call's API, address and size): a later call

@@ -369,11 +369,11 @@ void Log::Wake() {
   FutexWake(&wake_);
 }
 
-void Log::Write(std::string_view line) {
+void Log::Write(std::string line) {
   if (closed_.load(std::memory_order_acquire)) return;
   LogEntry entry;
   entry.kind = LogEntry::Kind::kText;
-  entry.text = new std::string(line);
+  entry.text = new std::string(std::move(line));
   if (ring_.TryPush(entry) == 0) PushSlow(entry);
 }
 
@@ -422,7 +422,7 @@ void Log::Drain() {
     } else if (format_) {
       line_.clear();
       format_(entry, &line_);
-      add(line_);
+      if (!line_.empty()) add(line_);
     }
   }
   const uint64_t dropped = dropped_.load(std::memory_order_relaxed);

@@ -106,14 +106,14 @@ class Log {
   bool Start(Preamble preamble);
 
   // Adds one record: a binary entry (the hot path: a copy into the ring) or a
-  // line (no newline; copied to the heap: rare records only).
+  // line (no newline; moved to the heap: rare records only).
   void Write(const LogEntry& entry) {
     if (closed_.load(std::memory_order_acquire)) return;
     const uint64_t pos = ring_.TryPush(entry);
     if (pos == 0) return PushSlow(entry);
     if ((pos & (LogRing::kSlots / 2 - 1)) == 0) Wake();  // every half ring: the writer hurries
   }
-  void Write(std::string_view line);
+  void Write(std::string line);
   // Waits for the file's creation and for the writer to take every record,
   // adds `last_line()` (made then, after the Formatter saw every record) as
   // the last record, writes everything, and drops any later Write(). Idempotent.

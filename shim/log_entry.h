@@ -11,7 +11,9 @@
 namespace lazypin {
 
 struct LogEntry {
-  enum class Kind : uint8_t { kCall, kEvict, kText, kDropped };  // kDropped: see Log::Formatter
+  // kStack: a call site's `stack` record (`stack`: its id), formatted by the
+  // writer; kDropped: see Log::Formatter.
+  enum class Kind : uint8_t { kCall, kEvict, kStack, kText, kDropped };
   Kind kind = Kind::kText;
   uint8_t api = 0;           // kCall: Api
   uint8_t via = 0;           // kCall: Via

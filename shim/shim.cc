@@ -485,7 +485,14 @@ int Shim::StackOf(Action action, uint64_t what, uintptr_t ptr, size_t bytes) {
     if (action == Action::kHit || action == Action::kDeferred) return 0;
     key = ((what * 0x9e3779b97f4a7c15u) ^ (ptr * 0xff51afd7ed558ccdu) ^ bytes) | 1;
   }
-  return sites_->CaptureOnce(key, [this](std::string_view line) { log_->Write(line); });
+  return sites_->CaptureOnce(
+      key, CallSites::Emit{[this](std::string&& line) { log_->Write(std::move(line)); },
+                           [this](int id) {
+                             LogEntry entry;
+                             entry.kind = LogEntry::Kind::kStack;
+                             entry.stack = id;
+                             log_->Write(entry);
+                           }});
 }
 
 // The per-call path: 72 bytes into the log's ring; the writer thread counts
@@ -556,6 +563,9 @@ void Shim::FormatEntry(const LogEntry& e, std::string* line) {
                        .view());
       return;
     }
+    case LogEntry::Kind::kStack:
+      *line = sites_->StackLine(e.stack);
+      return;
     case LogEntry::Kind::kDropped:
       *line = WarningRecordLine(
           SinceStart(), fmt::format("{} log records were dropped: the log's ring of {} records "
@@ -572,16 +582,16 @@ void Shim::FormatEntry(const LogEntry& e, std::string* line) {
 void Shim::OnHostRelease(uintptr_t ptr, size_t bytes, EvictReason reason, int result,
                          int64_t latency_ns, const ReleaseWait& wait) {
   if (log_) {
-    log_->Write(
+    log_->Write(std::string(
         HostReleaseRecordLine(SinceStart(), ThreadId(), ptr, bytes, reason, result, latency_ns, wait)
-            .view());
+            .view()));
   }
 }
 
 void Shim::RecordAutoPin(const AutoPinRecord& record) {
   if (record.result != kCudaSuccess) stats_.RecordAutoPinFailure();
   nvtx::AutoPinned(record.result == kCudaSuccess);
-  if (log_) log_->Write(AutoPinRecordLine(SinceStart(), ThreadId(), record).view());
+  if (log_) log_->Write(std::string(AutoPinRecordLine(SinceStart(), ThreadId(), record).view()));
   InstallHandlersOnce();
 }
 

@@ -4,6 +4,7 @@
 
 #include <dlfcn.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,9 +17,20 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
+// What a CallSites emits, as the log would write it: a `stack` record's line
+// made from its id afterwards (emit runs with the table locked).
 struct Lines {
-  mutable std::vector<std::string> lines;
-  void operator()(std::string_view line) const { lines.emplace_back(line); }
+  explicit Lines(CallSites& s) : sites(s) {}
+  operator CallSites::Emit() { return {on_objects, on_stack}; }
+  std::vector<std::string> lines() const {
+    std::vector<std::string> out;
+    for (const auto& [text, id] : emitted) out.push_back(id != 0 ? sites.StackLine(id) : text);
+    return out;
+  }
+  CallSites& sites;
+  std::vector<std::pair<std::string, int>> emitted;  // a line, or a stack's id
+  std::function<void(std::string&&)> on_objects = [this](std::string&& l) { emitted.push_back({l, 0}); };
+  std::function<void(int)> on_stack = [this](int id) { emitted.push_back({"", id}); };
 };
 
 __attribute__((noinline)) int CaptureHere(CallSites& sites, Lines& out) {
@@ -39,7 +51,7 @@ __attribute__((noinline)) int SiteB(CallSites& sites, Lines& out) {
 
 TEST(CallSitesTest, OneIdPerStackWrittenOnceBeforeItsFirstUse) {
   CallSites sites(nullptr);
-  Lines out;
+  Lines out(sites);
   int a[3], b;
   for (int& id : a) id = SiteA(sites, out);  // the same return addresses each time
   b = SiteB(sites, out);
@@ -48,11 +60,11 @@ TEST(CallSitesTest, OneIdPerStackWrittenOnceBeforeItsFirstUse) {
   EXPECT_EQ(a[2], a[0]);
   EXPECT_EQ(b, 2);
   // objects (all of them: none known yet), stack 1, stack 2: nothing for the repeats.
-  ASSERT_EQ(out.lines.size(), 3u);
-  EXPECT_THAT(out.lines[0], StartsWith(R"({"type":"objects","list":[{"path":")"));
-  EXPECT_THAT(out.lines[0], HasSubstr("callsite_test"));  // the executable, by its path
-  EXPECT_THAT(out.lines[1], StartsWith(R"({"type":"stack","id":1,"frames":["0x)"));
-  EXPECT_THAT(out.lines[2], StartsWith(R"({"type":"stack","id":2,"frames":["0x)"));
+  ASSERT_EQ(out.lines().size(), 3u);
+  EXPECT_THAT(out.lines()[0], StartsWith(R"({"type":"objects","list":[{"path":")"));
+  EXPECT_THAT(out.lines()[0], HasSubstr("callsite_test"));  // the executable, by its path
+  EXPECT_THAT(out.lines()[1], StartsWith(R"({"type":"stack","id":1,"frames":["0x)"));
+  EXPECT_THAT(out.lines()[2], StartsWith(R"({"type":"stack","id":2,"frames":["0x)"));
 }
 
 __attribute__((noinline)) int OnceHere(CallSites& sites, Lines& out, uint64_t key) {
@@ -68,7 +80,7 @@ __attribute__((noinline)) int OnceThere(CallSites& sites, Lines& out, uint64_t k
 
 TEST(CallSitesTest, OneCaptureForEachCallShape) {
   CallSites sites(nullptr);
-  Lines out;
+  Lines out(sites);
   const int a = OnceHere(sites, out, 42);
   EXPECT_EQ(OnceThere(sites, out, 42), a);  // same shape: not unwound again, so the first stack
   const int b = OnceThere(sites, out, 43);
@@ -97,19 +109,19 @@ TEST(CallSitesTest, LeavesOutTheFramesOfItsOwnObject) {
     EXPECT_FALSE(frames[i] >= self.first && frames[i] < self.second) << i;
   }
   CallSites sites(reinterpret_cast<const void*>(&CaptureHere));
-  Lines out;
+  Lines out(sites);
   EXPECT_GE(SiteA(sites, out), 1);
-  ASSERT_FALSE(out.lines.empty());
-  EXPECT_THAT(out.lines.back(), ::testing::Not(HasSubstr("callsite_test")));
+  ASSERT_FALSE(out.lines().empty());
+  EXPECT_THAT(out.lines().back(), ::testing::Not(HasSubstr("callsite_test")));
 }
 
 TEST(CallSitesTest, AtMostMaxFramesEach) {
   std::vector<uintptr_t> frames(100);
   for (size_t i = 0; i < frames.size(); ++i) frames[i] = 0x1000 + i;
   CallSites sites(nullptr);
-  Lines out;
+  Lines out(sites);
   ASSERT_EQ(sites.Intern(frames.data(), frames.size(), "", out), 1);
-  const std::string& stack = out.lines.back();
+  const std::string stack = out.lines().back();
   size_t commas = 0;
   for (char c : stack) commas += c == ',';
   EXPECT_EQ(commas, 2 + CallSites::kMaxFrames - 1);  // two before "frames", then one between frames
@@ -117,7 +129,7 @@ TEST(CallSitesTest, AtMostMaxFramesEach) {
 
 TEST(CallSitesTest, APythonLineIsPartOfTheStack) {
   CallSites sites(nullptr);
-  Lines out;
+  Lines out(sites);
   const uintptr_t frames[2] = {0x1000, 0x2000};
   const int a = sites.Intern(frames, 2, "train.py:12 in step", out);
   const int b = sites.Intern(frames, 2, "eval.py:3 in run", out);
@@ -125,7 +137,7 @@ TEST(CallSitesTest, APythonLineIsPartOfTheStack) {
   EXPECT_EQ(sites.Intern(frames, 2, "train.py:12 in step", out), a);
   EXPECT_EQ(sites.Intern(frames, 2, "", out), 3);
   std::vector<std::string> stacks;
-  for (const std::string& line : out.lines) {
+  for (const std::string& line : out.lines()) {
     if (line.find(R"("type":"stack")") != std::string::npos) stacks.push_back(line);
   }
   ASSERT_EQ(stacks.size(), 3u);
@@ -135,7 +147,7 @@ TEST(CallSitesTest, APythonLineIsPartOfTheStack) {
 
 TEST(CallSitesTest, AFullTableGivesNoIdAndKeepsTheOldOnes) {
   CallSites sites(nullptr);
-  Lines out;
+  Lines out(sites);
   int last = 0;
   uintptr_t frame = 0x1000;
   for (size_t i = 0; i < CallSites::kSlots; ++i) {
