@@ -101,11 +101,23 @@ Outcome HostAllocCache::Alloc(const HostAllocRequest& request, void** out,
       return Outcome{kCudaSuccess, Action::kHit, 0};
     }
   }
-  Outcome outcome{forward(), Action::kMiss, 0};
+  // The driver puts small pinned blocks into larger allocations, and a
+  // block's flags are its allocation's: a cudaHostAlloc(portable|mapped)
+  // made while a kept cudaMallocHost block of the same context lived read
+  // flags 2 on the H200, 3 bare. So blocks kept with other flags go first,
+  // as the program's frees would have made them go.
+  int evicted = 0;
+  if (MaybeHolds()) {
+    evicted = ReleaseWhere(
+        [&](const Block& b) { return b.ctx == request.ctx && b.flags != request.flags; },
+        EvictReason::kFlags);
+  }
+  Outcome outcome{forward(), Action::kMiss, evicted};
   if (outcome.result == kCudaOutOfMemory && MaybeHolds()) {
     // What the program freed would have been the driver's again: give it back.
-    outcome.evicted = ReleaseAll(EvictReason::kMakeRoom);
-    if (outcome.evicted > 0) outcome.result = forward();
+    const int made_room = ReleaseAll(EvictReason::kMakeRoom);
+    outcome.evicted += made_room;
+    if (made_room > 0) outcome.result = forward();
   }
   if (outcome.result == kCudaSuccess && out != nullptr && *out != nullptr && !Abandoned()) {
     std::lock_guard<std::mutex> lock(mu_);

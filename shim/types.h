@@ -41,6 +41,7 @@ enum class EvictReason {
   kLru, kIdle, kOverlap, kMakeRoom, kQuery, kFree, kRealloc, kMunmap, kMremap, kMmapFixed,
   kMadvise, kBrk, kShmdt, kShmat, kContext, kPfn, kExit, kWatch, kFork, kMprotect,
   kDoubleFree,  // the host-allocation cache: a second free of a cached block
+  kFlags,       // the host-allocation cache: an allocation with other flags (see Alloc)
   kCount  // number of reasons
 };
 const char* EvictReasonName(EvictReason reason);

@@ -133,10 +133,35 @@ TEST_F(HostAllocCacheTest, OnlyAnExactMatchIsServed) {
   Free(p);
   void* q = nullptr;
   EXPECT_EQ(Alloc(&q, 8191, 1).action, Action::kMiss);  // same pages, other size
-  EXPECT_EQ(Alloc(&q, 8192, 0).action, Action::kMiss);  // other flags
   EXPECT_EQ(Alloc(&q, 8192, 1, kOther).action, Action::kMiss);  // other context
   EXPECT_EQ(Alloc(&q, 8192, 1).action, Action::kHit);
   EXPECT_EQ(q, p);
+  Free(q);
+  EXPECT_EQ(Alloc(&q, 8192, 0).action, Action::kMiss);  // other flags (which release it: below)
+}
+
+// The driver packs small blocks into larger allocations whose flags they
+// report: a block kept with other flags in the context goes before the
+// driver allocates, as the program's free would have made it go.
+TEST_F(HostAllocCacheTest, AnAllocationWithOtherFlagsFirstReleasesBlocksKeptWithOthers) {
+  void *a = nullptr, *b = nullptr, *c = nullptr, *q = nullptr;
+  Alloc(&a, 4096, 2);
+  Alloc(&b, 4096, 3);
+  Alloc(&c, 4096, 2, kOther);
+  Free(a);
+  Free(b);
+  Free(c);
+  const Outcome miss = Alloc(&q, 65536, 3);
+  EXPECT_EQ(miss.action, Action::kMiss);
+  EXPECT_EQ(miss.evicted, 1);  // a: flags 2 in this context
+  EXPECT_FALSE(driver_.Has(a));
+  EXPECT_TRUE(driver_.Has(b));  // the same flags: kept
+  EXPECT_TRUE(driver_.Has(c));  // another context: kept
+  ASSERT_EQ(driver_.releases.size(), 1u);
+  EXPECT_EQ(driver_.releases[0].reason, EvictReason::kFlags);
+  EXPECT_STREQ(EvictReasonName(EvictReason::kFlags), "flags");
+  EXPECT_EQ(Alloc(&q, 4096, 3).action, Action::kHit);  // a hit releases nothing
+  EXPECT_EQ(q, b);
 }
 
 TEST_F(HostAllocCacheTest, DoubleFreeOfACachedBlockGetsTheDriversAnswer) {
