@@ -85,6 +85,7 @@ class CallSites {
     uintptr_t frames[kMaxFrames];
   };
   static constexpr size_t kStacks = kSlots / 4 * 3;  // the index stays a quarter empty: short probes
+  static_assert(kStacks <= 32767, "a log entry holds a stack's id in 16 bits");
   bool Known(uintptr_t pc) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Scans the loaded objects; returns the `objects` line for those not yet written ("" if none).
   std::string NewObjectsLine() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

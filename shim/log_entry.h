@@ -1,6 +1,6 @@
 // log_entry: one log record as a calling thread hands it to the log's writer
 // thread: fixed size, plain values only (nothing points into the caller's
-// memory), so that the caller copies 72 bytes and the writer formats it.
+// memory), so that the caller copies 56 bytes and the writer formats it.
 #pragma once
 
 #include <cstdint>
@@ -20,21 +20,27 @@ struct LogEntry {
   uint8_t action = 0;        // kCall: Action
   uint8_t reason = 0;        // kCall: PassReason; kEvict: EvictReason
   bool forced = false;       // kEvict
+  int16_t stack = 0;         // kCall, kEvict, kStack: the stack's id (callsite.h), 0 for none
   int32_t result = 0;
   int32_t tid = 0;
-  uint32_t flags = 0;        // kCall
-  int32_t evicted = 0;       // kCall
-  int32_t stack = 0;         // kCall, kEvict: the stack's id (callsite.h), 0 for none
+  union {
+    struct {
+      uint32_t flags;        // the call's flags
+      int32_t evicted;       // registrations it released
+    } call;                  // kCall
+    int64_t waited_ns;       // kEvict
+  };
   int64_t t_ns = 0;
   int64_t latency_ns = 0;
-  uint64_t ptr = 0;
-  uint64_t bytes = 0;
   union {
-    int64_t waited_ns;  // kEvict
-    std::string* text;  // kText: the whole line, owned by the entry until the writer takes it
+    uint64_t ptr;            // kCall, kEvict
+    std::string* text;       // kText: the whole line, owned by the entry until the writer takes it
   };
-  LogEntry() : waited_ns(0) {}
+  uint64_t bytes = 0;        // kCall, kEvict; kDropped: records dropped
+  LogEntry() : waited_ns(0), ptr(0) {}
 };
-static_assert(sizeof(LogEntry) == 72, "a log entry is 72 bytes");
+// With the ring's sequence number, one 64-byte cache line a record: a
+// caller's record moves one line between its core and the writer's.
+static_assert(sizeof(LogEntry) == 56, "a log entry is 56 bytes");
 
 }  // namespace lazypin

@@ -24,7 +24,7 @@ namespace lazypin {
 
 class LogRing {
  public:
-  static constexpr uint64_t kSlots = 8192;  // a power of two; 640 KiB of slots
+  static constexpr uint64_t kSlots = 8192;  // a power of two; 512 KiB of slots
   static constexpr size_t kFirstPagesBytes = 16384;
 
   LogRing() {
@@ -93,10 +93,11 @@ class LogRing {
   uint64_t popped() const { return tail_.load(std::memory_order_acquire); }
 
  private:
-  struct Slot {
+  struct alignas(64) Slot {
     std::atomic<uint64_t> seq;  // sequence number minus the slot's index
     LogEntry entry;
   };
+  static_assert(sizeof(Slot) == 64, "a slot is one cache line");
   Slot* slots_ = nullptr;
   alignas(64) std::atomic<uint64_t> head_{0};  // next position to claim
   alignas(64) std::atomic<uint64_t> tail_{0};  // next position to pop

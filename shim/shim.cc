@@ -490,12 +490,12 @@ int Shim::StackOf(Action action, uint64_t what, uintptr_t ptr, size_t bytes) {
                            [this](int id) {
                              LogEntry entry;
                              entry.kind = LogEntry::Kind::kStack;
-                             entry.stack = id;
+                             entry.stack = static_cast<int16_t>(id);
                              log_->Write(entry);
                            }});
 }
 
-// The per-call path: 72 bytes into the log's ring; the writer thread counts
+// The per-call path: 56 bytes into the log's ring; the writer thread counts
 // and formats them (FormatEntry).
 void Shim::Record(const CallRecord& record) {
   nvtx::CallEnds(record.action, record.reason);
@@ -510,13 +510,13 @@ void Shim::Record(const CallRecord& record) {
   entry.reason = static_cast<uint8_t>(record.reason);
   entry.result = record.result;
   entry.tid = ThreadId();
-  entry.flags = record.call.flags;
-  entry.evicted = record.evicted;
+  entry.call.flags = record.call.flags;
+  entry.call.evicted = record.evicted;
   entry.t_ns = record.end_ns - start_mono_ns_;
   entry.latency_ns = record.latency_ns;
   entry.ptr = reinterpret_cast<uintptr_t>(record.call.ptr);
   entry.bytes = record.call.bytes;
-  entry.stack = stack;
+  entry.stack = static_cast<int16_t>(stack);
   log_->Write(entry);
   InstallHandlersOnce();
 }
@@ -548,8 +548,9 @@ void Shim::FormatEntry(const LogEntry& e, std::string* line) {
       const Action action = static_cast<Action>(e.action);
       stats_.RecordCall(api, e.bytes, e.result, e.latency_ns, action);
       const CallRecord record{
-          ProgramCall{api, static_cast<Via>(e.via), reinterpret_cast<void*>(e.ptr), e.bytes, e.flags},
-          e.result, e.latency_ns, action, e.evicted, static_cast<PassReason>(e.reason)};
+          ProgramCall{api, static_cast<Via>(e.via), reinterpret_cast<void*>(e.ptr), e.bytes,
+                      e.call.flags},
+          e.result, e.latency_ns, action, e.call.evicted, static_cast<PassReason>(e.reason)};
       line->append(CallRecordLine(e.t_ns, e.tid, record, e.stack).view());
       return;
     }
