@@ -106,7 +106,7 @@ class Collector {
   const FreeBounds bounds_;
   // kSlots slots in a zeroed anonymous mapping (zero is the empty slot),
   // touched only as they are used: none is written when the collector is made
-  // (inside the program's first call).
+  // (at set-up).
   Slot* const slots_;
   std::atomic<size_t> next_slot_{0};  // where the next HandOver starts looking
   const CaptureTracker* const captures_;

@@ -78,8 +78,9 @@ class GranuleFilter {
   }
 
   // Each table is its own anonymous mapping (256 KiB of zeros that nothing
-  // writes up front), so a new filter costs no page faults: it is made inside
-  // the program's first call. Null only if the mapping failed: then every
+  // writes up front), so a new filter costs no page faults where it is made
+  // (set-up; Prefault faults it in later, off every path that waits on it).
+  // Null only if the mapping failed: then every
   // range "maybe" overlaps.
   static constexpr size_t kTableBytes = kSlots * sizeof(std::atomic<uint32_t>);
   struct Free {

@@ -3,7 +3,7 @@
 // action is a marker in it ("hit", "deferred", "passthrough:<reason>",
 // "evict:<reason>[:forced]", "autopin"). NVTX is header-only (the CUDA toolkit's nvtx3):
 // with no tool attached each call is a load and a branch; a tool (nsys, or
-// any library named by NVTX_INJECTION64_PATH) is found on the first call.
+// any library named by NVTX_INJECTION64_PATH) is found at set-up (Prepare).
 #pragma once
 
 #include "types.h"
