@@ -152,13 +152,15 @@ int CallSites::Intern(const uintptr_t* frames, size_t count, std::string_view py
   for (size_t probe = 0; probe < kSlots; ++probe) {
     uint32_t& id = index_[(hash + probe) & (kSlots - 1)];
     if (id == 0) {
-      if (used_ == kStacks) return 0;
-      Stack& stack = stacks_[used_];
+      const size_t used = used_.load(std::memory_order_relaxed);
+      if (used == kStacks) return 0;
+      Stack& stack = stacks_[used];
       stack.hash = hash;
       stack.count = static_cast<uint32_t>(count);
       std::copy(frames, frames + count, stack.frames);
-      id = static_cast<uint32_t>(++used_);
       stack.python = python.empty() ? nullptr : new std::string(python);
+      used_.store(used + 1, std::memory_order_release);
+      id = static_cast<uint32_t>(used + 1);
       if (!first_objects_line_.empty()) emit.objects(std::exchange(first_objects_line_, {}));
       bool all_known = true;
       for (size_t i = 0; i < count && all_known; ++i) all_known = Known(frames[i]);
@@ -179,9 +181,8 @@ int CallSites::Intern(const uintptr_t* frames, size_t count, std::string_view py
   return 0;
 }
 
-std::string CallSites::StackLine(int id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (id <= 0 || static_cast<size_t>(id) > used_) return std::string();
+std::string CallSites::StackLine(int id) const {
+  if (id <= 0 || static_cast<size_t>(id) > used_.load(std::memory_order_acquire)) return {};
   const Stack& stack = stacks_[id - 1];
   std::string line = fmt::format(R"({{"type":"stack","id":{},"frames":[)", id);
   for (size_t i = 0; i < stack.count; ++i) {

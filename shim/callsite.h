@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -50,7 +51,7 @@ class CallSites {
   // of an `objects` record for objects not yet written (rare: made here),
   // then the new id, whose `stack` record is StackLine(id): formatted later,
   // on any thread (the log's writer), not in the program's call. Called
-  // with the table locked: `emit` must not call back into this CallSites.
+  // with the table locked: `emit` may call StackLine, nothing else here.
   struct Emit {
     absl::FunctionRef<void(std::string&& line)> objects;
     absl::FunctionRef<void(int id)> stack;
@@ -58,7 +59,8 @@ class CallSites {
   int Capture(Emit emit);
 
   // The `stack` record of an id that Capture, CaptureOnce or Intern returned.
-  std::string StackLine(int id);
+  // Takes no lock (the log's writer calls it while callers hold the table's).
+  std::string StackLine(int id) const;
 
 
   // Capture() once per `key` (a call's API, address and size): a later call
@@ -105,8 +107,8 @@ class CallSites {
   // constructor faults in the index and the first stacks, the rest fault in
   // as stacks are added. Null: the mapping failed, no stack gets an id.
   uint32_t* index_ ABSL_GUARDED_BY(mu_) = nullptr;
-  Stack* stacks_ ABSL_GUARDED_BY(mu_) = nullptr;
-  size_t used_ ABSL_GUARDED_BY(mu_) = 0;
+  Stack* stacks_ = nullptr;  // set by the constructor; a stack never changes once counted in used_
+  std::atomic<size_t> used_{0};  // stacks added (written under mu_, read by StackLine without it)
   std::vector<Object> objects_ ABSL_GUARDED_BY(mu_);
   // The constructor's scan as an `objects` record, until the first stack emits it.
   std::string first_objects_line_ ABSL_GUARDED_BY(mu_);

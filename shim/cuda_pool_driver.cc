@@ -236,10 +236,15 @@ class CudaHostAllocDriver final : public HostAllocDriver {
     if (free_host == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
     return ReleaseInContext(ctx, wait, [&] { return int{free_host(reinterpret_cast<void*>(ptr))}; });
   }
+  bool Flags(uintptr_t ptr, unsigned* flags) override {
+    auto get_flags = get_flags_.Get(&real::Driver, "cuMemHostGetFlags");
+    return get_flags != nullptr && get_flags(flags, reinterpret_cast<void*>(ptr)) == CUDA_SUCCESS;
+  }
   int64_t NowNs() override { return MonotonicNs(); }
 
  private:
   real::Lazy<CUresult (*)(void*)> free_host_;
+  real::Lazy<CUresult (*)(unsigned*, void*)> get_flags_;
 };
 
 }  // namespace

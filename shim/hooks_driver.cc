@@ -594,9 +594,10 @@ const HookEntry* FindByName(const char* name) {
 }
 
 // cudart (or a program) is asking the driver's getter for its entry points:
-// CUDA is being set up, before the program's first registration (not from a
-// library constructor, unlike dlsym, so no loader lock is held here). lazypin
-// sets itself up here, once, so that the program's first registration finds
+// CUDA is being set up, before the program's first registration (maybe from
+// a library constructor, under the loader's lock: TrySetUp never waits for
+// another thread's set-up). lazypin sets itself up here, once, so that the
+// program's first registration finds
 // everything ready: its threads start first as spares (PrepareSpareThreads),
 // which the set-up hands their bodies: the log's writer; deferring, also the
 // collector, the kernel watch's reader and the first context's idle waiter.
@@ -607,7 +608,7 @@ void SetUpWithCuda() {
   const char* mode = getenv("LAZYPIN_MODE");
   if (mode != nullptr && strcmp(mode, "off") == 0) return;
   PrepareSpareThreads(mode != nullptr && strcmp(mode, "defer") == 0 ? 4 : 1);
-  ActiveState();
+  TrySetUp();
 }
 
 void* DlsymHooked(void* handle, const char* symbol, const HookEntry& entry) {

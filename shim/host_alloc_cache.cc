@@ -7,6 +7,11 @@
 
 namespace lazypin {
 
+namespace {
+constexpr unsigned kDriverFlagBits = 0xffffff;  // the rest of a request's flags name its API
+constexpr unsigned kDeviceMap = 0x02;           // CU_MEMHOSTALLOC_DEVICEMAP
+}  // namespace
+
 HostAllocCache::HostAllocCache(HostAllocDriver* driver, HostAllocObserver* observer,
                                HostAllocLimits limits)
     : driver_(driver), observer_(observer), limits_(limits) {}
@@ -16,6 +21,8 @@ void HostAllocCache::Uncache(uintptr_t base, Block& b) {
   for (auto it = lo; it != hi; ++it) {
     if (it->second == base) {
       index_.erase(it);
+      auto kind = cached_kinds_.find({reinterpret_cast<uintptr_t>(b.ctx), b.flags});
+      if (kind != cached_kinds_.end() && --kind->second == 0) cached_kinds_.erase(kind);
       break;
     }
   }
@@ -101,23 +108,16 @@ Outcome HostAllocCache::Alloc(const HostAllocRequest& request, void** out,
       return Outcome{kCudaSuccess, Action::kHit, 0};
     }
   }
-  // The driver puts small pinned blocks into larger allocations, and a
-  // block's flags are its allocation's: a cudaHostAlloc(portable|mapped)
-  // made while a kept cudaMallocHost block of the same context lived read
-  // flags 2 on the H200, 3 bare. So blocks kept with other flags go first,
-  // as the program's frees would have made them go.
-  int evicted = 0;
-  if (MaybeHolds()) {
-    evicted = ReleaseWhere(
-        [&](const Block& b) { return b.ctx == request.ctx && b.flags != request.flags; },
-        EvictReason::kFlags);
-  }
-  Outcome outcome{forward(), Action::kMiss, evicted};
+  Outcome outcome{forward(), Action::kMiss, 0};
   if (outcome.result == kCudaOutOfMemory && MaybeHolds()) {
     // What the program freed would have been the driver's again: give it back.
     const int made_room = ReleaseAll(EvictReason::kMakeRoom);
     outcome.evicted += made_room;
     if (made_room > 0) outcome.result = forward();
+  }
+  if (outcome.result == kCudaSuccess && out != nullptr && *out != nullptr &&
+      KeepsOtherFlags(request)) {
+    outcome.evicted += Repack(request, out, forward, &outcome.result);
   }
   if (outcome.result == kCudaSuccess && out != nullptr && *out != nullptr && !Abandoned()) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -127,6 +127,34 @@ Outcome HostAllocCache::Alloc(const HostAllocRequest& request, void** out,
     counters_.misses += 1;
   }
   return outcome;
+}
+
+bool HostAllocCache::KeepsOtherFlags(const HostAllocRequest& request) {
+  if (!MaybeHolds()) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [kind, count] : cached_kinds_) {
+    if (kind.first == reinterpret_cast<uintptr_t>(request.ctx) && kind.second != request.flags) {
+      return true;
+    }
+  }
+  return false;
+}
+
+int HostAllocCache::Repack(const HostAllocRequest& request, void** out,
+                           absl::FunctionRef<int()> forward, int* result) {
+  unsigned reported = 0;
+  const unsigned wanted = (request.flags & kDriverFlagBits) | kDeviceMap;
+  if (!driver_->Flags(reinterpret_cast<uintptr_t>(*out), &reported) || reported == wanted) return 0;
+  // Packed with a block kept under other flags: that block's flags show.
+  // Free the new one, release those blocks, as the program's frees would
+  // have, and allocate again.
+  ReleaseWait wait;
+  driver_->Free(reinterpret_cast<uintptr_t>(*out), request.ctx, &wait);
+  const int released = ReleaseWhere(
+      [&](const Block& b) { return b.ctx == request.ctx && b.flags != request.flags; },
+      EvictReason::kFlags);
+  *result = forward();
+  return released;
 }
 
 Outcome HostAllocCache::Free(uintptr_t ptr, absl::FunctionRef<int()> forward,
@@ -181,6 +209,7 @@ Outcome HostAllocCache::Free(uintptr_t ptr, absl::FunctionRef<int()> forward,
       b.lru_key = next_lru_key_++;
       b.freed_at = driver_->NowNs();
       index_.emplace(KeyOf(b), ptr);
+      cached_kinds_[{reinterpret_cast<uintptr_t>(b.ctx), b.flags}] += 1;
       lru_.emplace(b.lru_key, ptr);
       counters_.cached_bytes += Span(b.bytes);
       counters_.cached_entries += 1;

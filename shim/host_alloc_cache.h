@@ -43,6 +43,9 @@ class HostAllocDriver {
   // waiting for the GPU's work in flight there without stalling other threads
   // (as PoolDriver::Unregister); fills `wait` in.
   virtual int Free(uintptr_t ptr, Context ctx, ReleaseWait* wait) = 0;
+  // The flags the driver reports for the block at `ptr` (cuMemHostGetFlags);
+  // false when it does not say.
+  virtual bool Flags(uintptr_t ptr, unsigned* flags) = 0;
   virtual int64_t NowNs() = 0;
 };
 
@@ -152,6 +155,18 @@ class HostAllocCache {
 
   static Key KeyOf(const Block& b) { return Key{b.bytes, b.flags, reinterpret_cast<uintptr_t>(b.ctx)}; }
   void Uncache(uintptr_t base, Block& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The driver packs small pinned blocks into larger allocations, and a block
+  // reports its allocation's flags: a cudaHostAlloc(portable|mapped) made
+  // while a kept cudaMallocHost block of the same context lived read flags 2
+  // on the H200 (bare: 3). After a miss in a context where blocks are kept
+  // under other flags, Repack asks the driver what the new block reports;
+  // when that is not what a block of its own allocation reports (the flags
+  // asked for, with DEVICEMAP: all host memory is mapped), it frees the new
+  // block, releases those kept blocks (as the program's frees would have) and
+  // allocates again, setting `*result`. Returns the blocks released.
+  bool KeepsOtherFlags(const HostAllocRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
+  int Repack(const HostAllocRequest& request, void** out, absl::FunctionRef<int()> forward,
+             int* result) ABSL_LOCKS_EXCLUDED(mu_);
   void TakeVictim(uintptr_t base, Block& b, EvictReason reason, std::vector<Victim>* victims)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits until no block overlapping [lo, hi) is being released.
@@ -171,6 +186,8 @@ class HostAllocCache {
   std::condition_variable released_;  // a release finished: AwaitQuiet looks again
   Map blocks_ ABSL_GUARDED_BY(mu_);   // every block tracked, by base
   absl::btree_multimap<Key, uintptr_t> index_ ABSL_GUARDED_BY(mu_);  // cached blocks by key
+  // How many blocks are cached for each (context, flags): what KeepsOtherFlags reads.
+  absl::btree_map<std::pair<uintptr_t, unsigned>, size_t> cached_kinds_ ABSL_GUARDED_BY(mu_);
   absl::btree_map<uint64_t, uintptr_t> lru_ ABSL_GUARDED_BY(mu_);    // cached blocks, oldest first
   uint64_t next_lru_key_ ABSL_GUARDED_BY(mu_) = 1;
   int releasing_ ABSL_GUARDED_BY(mu_) = 0;

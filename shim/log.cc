@@ -47,9 +47,11 @@ int64_t MonotonicNs() {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
 }
+// `timeout_ns` < 0: none.
 void FutexWait(std::atomic<uint32_t>* word, uint32_t seen, int64_t timeout_ns) {
   struct timespec timeout = {timeout_ns / 1000000000, timeout_ns % 1000000000};
-  syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, seen, &timeout, nullptr, 0);
+  syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, seen, timeout_ns >= 0 ? &timeout : nullptr,
+          nullptr, 0);
 }
 void FutexWake(std::atomic<uint32_t>* word) {
   syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
@@ -326,12 +328,13 @@ void Log::Adopt(int fd, std::string path) {
 void Log::GiveUp() { file_state_.store(kGaveUp, std::memory_order_release); }
 
 void Log::RunWriter(Preamble preamble) {
-  // The file is created once the first record is there: the set-up runs
-  // inside the program's first call, which makes that record as it returns,
-  // so that the file's creation (and the header's reads of /proc) never
-  // competes with that call.
-  while (ring_.pushed() == 0 && !stop_writer_.load(std::memory_order_acquire)) {
-    FutexWait(&wake_, wake_.load(std::memory_order_acquire), 1000000);
+  // The file is created once the first record is there (the first push
+  // wakes this thread): a process that never makes a call lazypin records
+  // gets no file, and this thread sleeps until its exit.
+  for (;;) {
+    const uint32_t seen = wake_.load(std::memory_order_acquire);
+    if (ring_.pushed() != 0 || stop_writer_.load(std::memory_order_acquire)) break;
+    FutexWait(&wake_, seen, -1);
   }
   if (file_state_.load(std::memory_order_acquire) == kCreating) {
     CreatedLogFile file = CreateLogFile(path_);
@@ -374,7 +377,9 @@ void Log::Write(std::string line) {
   LogEntry entry;
   entry.kind = LogEntry::Kind::kText;
   entry.text = new std::string(std::move(line));
-  if (ring_.TryPush(entry) == 0) PushSlow(entry);
+  const uint64_t pos = ring_.TryPush(entry);
+  if (pos == 0) return PushSlow(entry);
+  if (pos == 1) Wake();  // the first record: the writer creates the file
 }
 
 void Log::PushSlow(const LogEntry& entry) {

@@ -111,7 +111,9 @@ class Log {
     if (closed_.load(std::memory_order_acquire)) return;
     const uint64_t pos = ring_.TryPush(entry);
     if (pos == 0) return PushSlow(entry);
-    if ((pos & (LogRing::kSlots / 2 - 1)) == 0) Wake();  // every half ring: the writer hurries
+    // The first record (the writer creates the file), then every half ring
+    // (the writer hurries).
+    if (pos == 1 || (pos & (LogRing::kSlots / 2 - 1)) == 0) Wake();
   }
   void Write(std::string line);
   // Waits for the file's creation and for the writer to take every record,

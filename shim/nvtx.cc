@@ -33,8 +33,6 @@ void Mark(const char* text, uint32_t argb) {
 
 }  // namespace
 
-void Prepare() { Domain(); }
-
 void CallBegins(Api api) {
   const nvtxEventAttributes_t a = Attributes(ApiName(api), kGrey);
   nvtxDomainRangePushEx(Domain(), &a);

@@ -3,16 +3,13 @@
 // action is a marker in it ("hit", "deferred", "passthrough:<reason>",
 // "evict:<reason>[:forced]", "autopin"). NVTX is header-only (the CUDA toolkit's nvtx3):
 // with no tool attached each call is a load and a branch; a tool (nsys, or
-// any library named by NVTX_INJECTION64_PATH) is found at set-up (Prepare).
+// any library named by NVTX_INJECTION64_PATH) is found on the first call (not
+// at set-up, inside CUDA's start-up: a tool's library may call CUDA itself).
 #pragma once
 
 #include "types.h"
 
 namespace lazypin::nvtx {
-
-// Finds the tool (if any) and creates the domain now, at set-up, rather
-// than in the program's first call.
-void Prepare();
 
 // A program call starts (a range is pushed on this thread) and ends (its
 // action's marker, then the range is popped). Calls nest as the hooks do.

@@ -204,7 +204,12 @@ class Shim final : public DispatchEnv, public PoolObserver, public HostAllocObse
   std::unique_ptr<AutoPin> auto_pin_;
   Mode effective_ = Mode::kOff;
   std::string why_;  // why the effective mode differs from the requested one
-  std::vector<std::string> warnings_;  // the configuration's, for the log's first lines
+  std::vector<std::string> warnings_;  // set-up's, for the log's first lines; fixed after Init
+  // Those of warnings_ that stderr gets with the first call lazypin records
+  // (InstallHandlersOnce), not at set-up: a CUDA program that never makes one
+  // hears nothing of what lazypin would have done (configuration errors are
+  // said at once).
+  std::vector<std::string> said_at_first_call_;
   const ShimState* state_ = nullptr;
   std::atomic<bool> handlers_installed_{false};
   real::Lazy<CUresult (*)(CUcontext*)> ctx_get_current_;
@@ -296,7 +301,7 @@ uint64_t MemoryForPercentages() {
 
 // Set-up (ActiveState says when): parse the configuration, build the call
 // path (and, deferring, the pool and its collector thread), look up what the
-// first call would (NVTX's tool, the call sites' objects), publish
+// first call would (the call sites' objects and tables), publish
 // it, and start the log's writer thread, which creates the file and writes
 // the header once the first record is there (records are kept in memory until then).
 void Shim::Init() {
@@ -327,13 +332,13 @@ void Shim::Init() {
     if (!why_.empty()) {
       effective_ = Mode::kLog;
       warnings_.push_back(fmt::format("lazypin: LAZYPIN_MODE=defer turned off, logging only: {}", why_));
-      fprintf(stderr, "%s\n", warnings_.back().c_str());
+      said_at_first_call_.push_back(warnings_.back());
     } else if (!watch_reason_.empty() && config_.watch == WatchMode::kAuto) {
       warnings_.push_back(fmt::format(
           "lazypin: the kernel watch is not available ({}); deferring with the hooks alone, which "
           "miss raw system calls and glibc's own unmaps (LAZYPIN_WATCH=hooks says so quietly)",
           watch_reason_));
-      fprintf(stderr, "%s\n", warnings_.back().c_str());
+      said_at_first_call_.push_back(warnings_.back());
     }
   }
   const std::string pattern = config_.log_path.empty()
@@ -388,14 +393,21 @@ void Shim::Init() {
     }
     if (!why_not.empty()) {
       warnings_.push_back(fmt::format("lazypin: LAZYPIN_AUTOPIN=1 ignored: {}", why_not));
-      fprintf(stderr, "%s\n", warnings_.back().c_str());
+      said_at_first_call_.push_back(warnings_.back());
     } else {
       auto_pin_ = std::make_unique<AutoPin>(
           pool_.get(), this, this, AutoPinLimits{config_.autopin_min, config_.autopin_bytes,
                                       static_cast<int>(config_.autopin_after)});
     }
   }
-  nvtx::Prepare();
+  if (pool_ != nullptr && config_.check_pfn) {
+    std::vector<uint64_t> frames;
+    if (!ReadPageFrames(reinterpret_cast<uintptr_t>(&frames), 1, &frames)) {
+      warnings_.push_back("lazypin: LAZYPIN_CHECK_PFN=1 needs root (CAP_SYS_ADMIN) to read "
+                          "/proc/self/pagemap; page checks are off");
+      said_at_first_call_.push_back(warnings_.back());
+    }
+  }
   state_ = new ShimState{config_.mode, effective_, why_.c_str(), dispatch_.get(), guard_.get(),
                          auto_pin_.get()};
   Publish(state_);
@@ -407,13 +419,6 @@ void Shim::Init() {
   });
   if (!started) {
     fprintf(stderr, "lazypin: cannot start the log's writer thread; not writing a log file\n");
-  }
-  if (pool_ != nullptr && config_.check_pfn) {
-    std::vector<uint64_t> frames;
-    if (!ReadPageFrames(reinterpret_cast<uintptr_t>(&frames), 1, &frames)) {
-      OnWarning("LAZYPIN_CHECK_PFN=1 needs root (CAP_SYS_ADMIN) to read /proc/self/pagemap; "
-                "page checks are off");
-    }
   }
 }
 
@@ -459,6 +464,7 @@ void Shim::InstallHandlersOnce() {
   if (handlers_installed_.load(std::memory_order_relaxed) || handlers_installed_.exchange(true)) {
     return;
   }
+  for (const std::string& warning : said_at_first_call_) fprintf(stderr, "%s\n", warning.c_str());
   atexit(ExitHandler);
   pthread_atfork(ForkPrepareHandler, nullptr, ForkChildHandler);
   for (int sig : {SIGTERM, SIGINT}) {  // the log's last records on a fatal signal
@@ -732,16 +738,33 @@ const ShimState* StateInThisProcess() {
   return state;
 }
 
+namespace {
+
+std::mutex& SetUpMutex() {
+  static std::mutex* const mu = new std::mutex;  // never destroyed
+  return *mu;
+}
+void SetUpLocked() {
+  if (PublishedState() != nullptr) return;
+  ScopedInsideLazypin inside;
+  g_shim = new Shim();  // never destroyed: hooks may run until the very end
+  g_shim->Init();       // publishes the state
+}
+
+}  // namespace
+
 const ShimState* ActiveState() {
-  static std::once_flag once;
   if (PublishedState() == nullptr) {
-    std::call_once(once, [] {
-      ScopedInsideLazypin inside;
-      g_shim = new Shim();  // never destroyed: hooks may run until the very end
-      g_shim->Init();       // publishes the state
-    });
+    std::lock_guard<std::mutex> lock(SetUpMutex());
+    SetUpLocked();
   }
   return StateInThisProcess();
+}
+
+void TrySetUp() {
+  if (PublishedState() != nullptr) return;
+  std::unique_lock<std::mutex> lock(SetUpMutex(), std::try_to_lock);
+  if (lock.owns_lock()) SetUpLocked();
 }
 
 }  // namespace lazypin

@@ -42,6 +42,7 @@ class FakeHostDriver final : public HostAllocDriver {
     if (ctx == nullptr) return kInvalidContext;
     return Erase(reinterpret_cast<uintptr_t>(p));
   }
+  bool Flags(uintptr_t, unsigned*) override { return false; }
   int Free(uintptr_t p, Context, ReleaseWait*) override {
     ++own_frees;
     return Erase(p);

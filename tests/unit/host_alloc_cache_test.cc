@@ -52,6 +52,12 @@ class FakeDriver final : public HostAllocDriver, public HostAllocObserver {
     own_frees += 1;
     return FreeLocked(p);
   }
+  // What every block reports (cuMemHostGetFlags); -1: nothing.
+  bool Flags(uintptr_t, unsigned* flags) override {
+    if (reported < 0) return false;
+    *flags = static_cast<unsigned>(reported);
+    return true;
+  }
   int64_t NowNs() override { return now.load(); }
   void OnHostRelease(uintptr_t ptr, size_t bytes, EvictReason reason, int result,
                      int64_t latency_ns, const ReleaseWait& wait) override {
@@ -73,6 +79,7 @@ class FakeDriver final : public HostAllocDriver, public HostAllocObserver {
   std::vector<Release> releases;
   int allocs = 0, own_frees = 0;
   bool oom_next = false;
+  int reported = -1;
   std::atomic<int64_t> now{0};
 
  private:
@@ -137,13 +144,15 @@ TEST_F(HostAllocCacheTest, OnlyAnExactMatchIsServed) {
   EXPECT_EQ(Alloc(&q, 8192, 1).action, Action::kHit);
   EXPECT_EQ(q, p);
   Free(q);
-  EXPECT_EQ(Alloc(&q, 8192, 0).action, Action::kMiss);  // other flags (which release it: below)
+  EXPECT_EQ(Alloc(&q, 8192, 0).action, Action::kMiss);  // other flags
 }
 
 // The driver packs small blocks into larger allocations whose flags they
-// report: a block kept with other flags in the context goes before the
-// driver allocates, as the program's free would have made it go.
-TEST_F(HostAllocCacheTest, AnAllocationWithOtherFlagsFirstReleasesBlocksKeptWithOthers) {
+// report. A new block that reports other flags than a block of its own
+// allocation would (those asked for, with DEVICEMAP) while blocks are kept
+// under other flags in its context: it is freed, those blocks are released
+// (as the program's frees would have made them go) and it is made again.
+TEST_F(HostAllocCacheTest, APackedAllocationReleasesBlocksKeptWithOtherFlagsAndIsMadeAgain) {
   void *a = nullptr, *b = nullptr, *c = nullptr, *q = nullptr;
   Alloc(&a, 4096, 2);
   Alloc(&b, 4096, 3);
@@ -151,17 +160,37 @@ TEST_F(HostAllocCacheTest, AnAllocationWithOtherFlagsFirstReleasesBlocksKeptWith
   Free(a);
   Free(b);
   Free(c);
+  driver_.reported = 2;  // packed with a's allocation
+  const int allocs = driver_.allocs;
   const Outcome miss = Alloc(&q, 65536, 3);
+  EXPECT_EQ(miss.result, kCudaSuccess);
   EXPECT_EQ(miss.action, Action::kMiss);
   EXPECT_EQ(miss.evicted, 1);  // a: flags 2 in this context
+  EXPECT_EQ(driver_.allocs, allocs + 2);  // made again
+  EXPECT_TRUE(driver_.Has(q));
   EXPECT_FALSE(driver_.Has(a));
   EXPECT_TRUE(driver_.Has(b));  // the same flags: kept
   EXPECT_TRUE(driver_.Has(c));  // another context: kept
-  ASSERT_EQ(driver_.releases.size(), 1u);
-  EXPECT_EQ(driver_.releases[0].reason, EvictReason::kFlags);
+  std::vector<EvictReason> reasons;
+  for (const auto& r : driver_.releases) reasons.push_back(r.reason);
+  EXPECT_EQ(reasons, std::vector<EvictReason>{EvictReason::kFlags});
   EXPECT_STREQ(EvictReasonName(EvictReason::kFlags), "flags");
-  EXPECT_EQ(Alloc(&q, 4096, 3).action, Action::kHit);  // a hit releases nothing
+  EXPECT_EQ(Free(q).action, Action::kDeferred);
+  EXPECT_EQ(Alloc(&q, 4096, 3).action, Action::kHit);  // a hit asks nothing
   EXPECT_EQ(q, b);
+}
+
+TEST_F(HostAllocCacheTest, ABlockReportingItsOwnFlagsReleasesNothing) {
+  void *a = nullptr, *q = nullptr;
+  Alloc(&a, 4096, 2);
+  Free(a);
+  driver_.reported = 3;  // what a block of its own allocation reports
+  const int allocs = driver_.allocs;
+  const Outcome miss = Alloc(&q, 65536, 1);  // PORTABLE: 1 | DEVICEMAP
+  EXPECT_EQ(miss.evicted, 0);
+  EXPECT_EQ(driver_.allocs, allocs + 1);
+  EXPECT_TRUE(driver_.Has(a));
+  EXPECT_TRUE(driver_.releases.empty());
 }
 
 TEST_F(HostAllocCacheTest, DoubleFreeOfACachedBlockGetsTheDriversAnswer) {
