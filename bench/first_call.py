@@ -7,8 +7,10 @@ Runs APP (default: the build's testapps/seed_shared, the forum post's program)
 bare, under lazypin in log mode and in defer mode, interleaved (bare, log,
 defer, bare, ...), N times each, and prints the median (and quartiles) of the
 first "Host register:" time the program prints, and each mode's median minus
-the bare one. lazypin sets itself up inside that call, so the difference is
-what set-up costs the program there.
+the bare one: what lazypin costs the program in that call (it sets itself up
+earlier, inside CUDA's start-up, where the program uses cudart). Then, from the
+log's first call record, the driver's (or the pool's) part of the call and
+lazypin's own (the rest: the hook, the record, its stack).
 
 --sim prepends the simulated CUDA stack to LD_LIBRARY_PATH (no GPU needed);
 on a GPU machine leave it out and pass the static-cudart app (testapps/seed).

@@ -608,7 +608,7 @@ void SetUpWithCuda() {
   const char* mode = getenv("LAZYPIN_MODE");
   if (mode != nullptr && strcmp(mode, "off") == 0) return;
   PrepareSpareThreads(mode != nullptr && strcmp(mode, "defer") == 0 ? 4 : 1);
-  TrySetUp();
+  if (TrySetUp()) EndUnusedSpareThreads();
 }
 
 void* DlsymHooked(void* handle, const char* symbol, const HookEntry& entry) {

@@ -761,10 +761,12 @@ const ShimState* ActiveState() {
   return StateInThisProcess();
 }
 
-void TrySetUp() {
-  if (PublishedState() != nullptr) return;
+bool TrySetUp() {
+  if (PublishedState() != nullptr) return true;
   std::unique_lock<std::mutex> lock(SetUpMutex(), std::try_to_lock);
-  if (lock.owns_lock()) SetUpLocked();
+  if (!lock.owns_lock()) return false;
+  SetUpLocked();
+  return true;
 }
 
 }  // namespace lazypin

@@ -38,9 +38,9 @@ const ShimState* StateInThisProcess();
 // getter: linked with -lcuda, or dlsym).
 const ShimState* ActiveState();
 
-// Sets lazypin up unless it is, or another thread is doing it now: then it
-// returns at once rather than wait (the caller may hold the loader's lock,
-// which that set-up may need: a library constructor that starts CUDA).
-void TrySetUp();
+// Sets lazypin up unless it is; true once it is. False at once when another
+// thread is doing it now, rather than wait (the caller may hold the loader's
+// lock, which that set-up may need: a library constructor that starts CUDA).
+bool TrySetUp();
 
 }  // namespace lazypin

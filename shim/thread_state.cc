@@ -91,6 +91,23 @@ void PrepareSpareThreads(int count) {
   }
 }
 
+void EndUnusedSpareThreads() {
+  if (!g_spares_prepared.load(std::memory_order_acquire) ||
+      g_spares_pid.load(std::memory_order_acquire) != getpid()) {
+    return;
+  }
+  for (SpareSlot& slot : g_spares) {
+    uint32_t idle = kIdle;
+    if (!slot.state.compare_exchange_strong(idle, kClaimed, std::memory_order_acq_rel)) continue;
+    auto* job = new LazypinThread::Job;
+    job->body = [] {};
+    job->detached.store(true, std::memory_order_relaxed);  // nobody joins: the spare frees it
+    slot.job = job;
+    slot.state.store(kGiven, std::memory_order_release);
+    FutexWake(&slot.state);
+  }
+}
+
 LazypinThread StartLazypinThread(std::function<void()> fn) {
   std::function<void()> body = [fn = std::move(fn)] {
     t_state.own_thread = true;

@@ -73,12 +73,13 @@ LazypinThread StartThreadWithSignalsBlocked(Fn&& body) {
 
 // Starts up to `count` spare threads in this process (once; later calls do
 // nothing), waiting, with every signal blocked, for StartLazypinThread to
-// hand them a body. Called from a path that precedes the program's first
-// registration and costs it nothing (cudart's set-up asking the driver for
-// its entry points), so that lazypin's set-up in that call starts no thread.
-// A fork's child has none (they are the parent's); a spare never used just
-// waits until the process ends.
+// hand them a body. Called just before lazypin's set-up inside CUDA's own
+// (cudart asking the driver for its entry points), which then starts none of
+// its own. A fork's child has none (they are the parent's).
 void PrepareSpareThreads(int count);
+// Ends the spare threads that no body was handed (set-up needed fewer: the
+// kernel watch unavailable, defer mode turned off).
+void EndUnusedSpareThreads();
 
 class ScopedInsideLazypin {
  public:
