@@ -123,6 +123,7 @@ void Collector::FinishFrees() {
     if (address <= kClaimed) continue;  // free, or a HandOver still filling it (a later ticket)
     const size_t bytes = slot.bytes.load(std::memory_order_relaxed);
     slot.block.store(0, std::memory_order_release);  // the slot is free again: only this thread takes slots
+    pool_->MarkLeft(address, address + bytes);  // done already unless the free found the lock busy
     pool_->Invalidate(address, address + bytes, EvictReason::kFree);
     real_free_(reinterpret_cast<void*>(address));
     pending_bytes_.fetch_sub(bytes, std::memory_order_relaxed);

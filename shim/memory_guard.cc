@@ -62,8 +62,18 @@ bool MemoryGuard::TakeFree(void* block) const {
   bool pooled;
   {
     ScopedInsideLazypin inside;  // a signal handler's free meanwhile must not take the lock
-    pool_->MarkLeft(lo, lo + bytes);
-    pooled = pool_->HoldsDeferred(lo, lo + bytes);
+    // The pool's lock busy: its holder may wait for the allocator's lock,
+    // which this thread may hold (a signal handler's free that interrupted
+    // malloc; the holder's btree frees a node). Then the collector takes the
+    // block (it marks, unregisters and frees), and this thread waits for
+    // nothing; without a free slot, it waits for the lock as before.
+    if (!pool_->TryLeave(lo, lo + bytes, &pooled)) {
+      if (collector_ != nullptr && collector_->TakeFree(block, bytes, /*may_wait=*/false)) {
+        return true;
+      }
+      pool_->MarkLeft(lo, lo + bytes);
+      pooled = pool_->HoldsDeferred(lo, lo + bytes);
+    }
     // Kept: the block stays the allocator's (allocated) and registered, so
     // its pages stay the same until an allocation takes it back or the pool
     // releases it (unregister, then the real free).

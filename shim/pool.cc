@@ -557,8 +557,11 @@ Outcome Pool::Unregister(uintptr_t ptr, absl::FunctionRef<int()> forward, bool m
 bool Pool::HoldsDeferred(uintptr_t lo, uintptr_t hi) const {
   if (abandoned_.load(std::memory_order_relaxed) || hi <= lo || Empty()) return false;
   std::lock_guard<std::mutex> lock(mu_);
-  auto& self = const_cast<Pool&>(*this);
-  for (auto it = self.FirstOverlap(lo); it != self.entries_.end() && it->first < hi; ++it) {
+  return const_cast<Pool&>(*this).HoldsDeferredLocked(lo, hi);
+}
+
+bool Pool::HoldsDeferredLocked(uintptr_t lo, uintptr_t hi) {
+  for (auto it = FirstOverlap(lo); it != entries_.end() && it->first < hi; ++it) {
     if (it->second.state != State::kInUse) return true;
   }
   return false;
@@ -569,8 +572,22 @@ int Pool::MarkLeft(uintptr_t lo, uintptr_t hi) {
       in_use_.load(std::memory_order_relaxed) == 0) {
     return 0;
   }
-  int marked = 0;
   std::lock_guard<std::mutex> lock(mu_);
+  return MarkLeftLocked(lo, hi);
+}
+
+bool Pool::TryLeave(uintptr_t lo, uintptr_t hi, bool* pooled) {
+  *pooled = false;
+  if (abandoned_.load(std::memory_order_relaxed) || hi <= lo) return true;
+  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return false;
+  if (in_use_.load(std::memory_order_relaxed) != 0) MarkLeftLocked(lo, hi);
+  *pooled = !Empty() && HoldsDeferredLocked(lo, hi);
+  return true;
+}
+
+int Pool::MarkLeftLocked(uintptr_t lo, uintptr_t hi) {
+  int marked = 0;
   for (auto it = FirstOverlap(lo); it != entries_.end() && it->first < hi; ++it) {
     Entry& e = it->second;
     if (e.state != State::kInUse || e.left) continue;

@@ -226,6 +226,9 @@ class Pool {
   int MarkLeft(uintptr_t lo, uintptr_t hi);
   // Exact (takes the lock): a deferred or evicting entry overlaps [lo, hi).
   bool HoldsDeferred(uintptr_t lo, uintptr_t hi) const;
+  // MarkLeft, then HoldsDeferred into `pooled`, under one lock, if the lock
+  // is free now; false (nothing done) when another thread holds it.
+  bool TryLeave(uintptr_t lo, uintptr_t hi, bool* pooled);
 
   // A context is destroyed: release its deferred entries, forget its in-use ones.
   int DropContext(Context ctx);
@@ -310,6 +313,8 @@ class Pool {
   // First entry whose byte range may overlap [lo, hi) (entries are disjoint,
   // so their ends are sorted like their bases).
   Map::iterator FirstOverlap(uintptr_t lo) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int MarkLeftLocked(uintptr_t lo, uintptr_t hi) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool HoldsDeferredLocked(uintptr_t lo, uintptr_t hi) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool RangeQuiet(uintptr_t lo, uintptr_t hi) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AwaitQuiet(std::unique_lock<std::mutex>& lock, uintptr_t lo, uintptr_t hi);
   void MarkDeferred(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
