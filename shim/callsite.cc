@@ -18,7 +18,6 @@
 namespace lazypin {
 namespace {
 
-
 struct Unwinding {
   uintptr_t* frames;
   size_t capacity;

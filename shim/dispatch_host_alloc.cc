@@ -28,7 +28,7 @@ Outcome Dispatch::HostAct(const ProgramCall& call, Api origin, void** out,
   if (IsHostAlloc(call.api)) {
     HostAllocRequest request;
     request.bytes = call.bytes;
-    request.flags = call.flags | static_cast<unsigned>(origin) << 24;  // flags use the low bits
+    request.flags = HostAllocRequest::Flags(call.flags, static_cast<unsigned>(origin));
     request.ctx = ctx;
     request.device = env_->CurrentDevice();
     ScopedInsideLazypin inside;

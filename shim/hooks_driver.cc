@@ -597,10 +597,10 @@ const HookEntry* FindByName(const char* name) {
 // CUDA is being set up, before the program's first registration (maybe from
 // a library constructor, under the loader's lock: TrySetUp never waits for
 // another thread's set-up). lazypin sets itself up here, once, so that the
-// program's first registration finds
-// everything ready: its threads start first as spares (PrepareSpareThreads),
-// which the set-up hands their bodies: the log's writer; deferring, also the
-// collector, the kernel watch's reader and the first context's idle waiter.
+// program's first registration finds everything ready: its threads start
+// first as spares (PrepareSpareThreads), which the set-up hands their bodies:
+// the log's writer; deferring, also the collector, the kernel watch's reader
+// and the first context's idle waiter. Spares it did not need end.
 void SetUpWithCuda() {
   static std::atomic<bool> done{false};
   if (done.load(std::memory_order_relaxed) || done.exchange(true)) return;

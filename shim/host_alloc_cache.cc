@@ -8,8 +8,7 @@
 namespace lazypin {
 
 namespace {
-constexpr unsigned kDriverFlagBits = 0xffffff;  // the rest of a request's flags name its API
-constexpr unsigned kDeviceMap = 0x02;           // CU_MEMHOSTALLOC_DEVICEMAP
+constexpr unsigned kDeviceMap = 0x02;  // CU_MEMHOSTALLOC_DEVICEMAP
 }  // namespace
 
 HostAllocCache::HostAllocCache(HostAllocDriver* driver, HostAllocObserver* observer,
@@ -143,7 +142,7 @@ bool HostAllocCache::KeepsOtherFlags(const HostAllocRequest& request) {
 int HostAllocCache::Repack(const HostAllocRequest& request, void** out,
                            absl::FunctionRef<int()> forward, int* result) {
   unsigned reported = 0;
-  const unsigned wanted = (request.flags & kDriverFlagBits) | kDeviceMap;
+  const unsigned wanted = request.driver_flags() | kDeviceMap;
   if (!driver_->Flags(reinterpret_cast<uintptr_t>(*out), &reported) || reported == wanted) return 0;
   // Packed with a block kept under other flags: that block's flags show.
   // Free the new one, release those blocks, as the program's frees would

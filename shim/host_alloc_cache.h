@@ -64,6 +64,12 @@ struct HostAllocLimits {
 };
 
 struct HostAllocRequest {
+  // The driver's flags (low 24 bits), with the program's API that asked
+  // above them (Flags): a block is served only to the same pair.
+  static constexpr int kApiShift = 24;
+  static unsigned Flags(unsigned driver_flags, unsigned api) { return driver_flags | api << kApiShift; }
+  unsigned driver_flags() const { return flags & ((1u << kApiShift) - 1); }
+
   size_t bytes = 0;
   unsigned flags = 0;
   Context ctx = nullptr;

@@ -67,12 +67,11 @@ bool MemoryGuard::TakeFree(void* block) const {
     // malloc; the holder's btree frees a node). Then the collector takes the
     // block (it marks, unregisters and frees), and this thread waits for
     // nothing; without a free slot, it waits for the lock as before.
-    if (!pool_->TryLeave(lo, lo + bytes, &pooled)) {
+    if (!pool_->Leave(lo, lo + bytes, /*wait=*/false, &pooled)) {
       if (collector_ != nullptr && collector_->TakeFree(block, bytes, /*may_wait=*/false)) {
         return true;
       }
-      pool_->MarkLeft(lo, lo + bytes);
-      pooled = pool_->HoldsDeferred(lo, lo + bytes);
+      pool_->Leave(lo, lo + bytes, /*wait=*/true, &pooled);
     }
     // Kept: the block stays the allocator's (allocated) and registered, so
     // its pages stay the same until an allocation takes it back or the pool

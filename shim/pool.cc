@@ -576,11 +576,15 @@ int Pool::MarkLeft(uintptr_t lo, uintptr_t hi) {
   return MarkLeftLocked(lo, hi);
 }
 
-bool Pool::TryLeave(uintptr_t lo, uintptr_t hi, bool* pooled) {
+bool Pool::Leave(uintptr_t lo, uintptr_t hi, bool wait, bool* pooled) {
   *pooled = false;
   if (abandoned_.load(std::memory_order_relaxed) || hi <= lo) return true;
-  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
-  if (!lock.owns_lock()) return false;
+  std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+  if (wait) {
+    lock.lock();
+  } else if (!lock.try_lock()) {
+    return false;
+  }
   if (in_use_.load(std::memory_order_relaxed) != 0) MarkLeftLocked(lo, hi);
   *pooled = !Empty() && HoldsDeferredLocked(lo, hi);
   return true;

@@ -226,9 +226,10 @@ class Pool {
   int MarkLeft(uintptr_t lo, uintptr_t hi);
   // Exact (takes the lock): a deferred or evicting entry overlaps [lo, hi).
   bool HoldsDeferred(uintptr_t lo, uintptr_t hi) const;
-  // MarkLeft, then HoldsDeferred into `pooled`, under one lock, if the lock
-  // is free now; false (nothing done) when another thread holds it.
-  bool TryLeave(uintptr_t lo, uintptr_t hi, bool* pooled);
+  // MarkLeft, then HoldsDeferred into `pooled`, under one lock. `wait`
+  // false: only if the lock is free now; false (nothing done) when another
+  // thread holds it.
+  bool Leave(uintptr_t lo, uintptr_t hi, bool wait, bool* pooled);
 
   // A context is destroyed: release its deferred entries, forget its in-use ones.
   int DropContext(Context ctx);

@@ -10,6 +10,8 @@
 
 #include <climits>
 
+#include "absl/functional/function_ref.h"
+
 namespace lazypin {
 
 thread_local ThreadState t_state LAZYPIN_TLS;
@@ -49,6 +51,27 @@ struct SpareSlot {
 SpareSlot g_spares[kMaxSpares];
 std::atomic<pid_t> g_spares_pid{0};  // the process whose threads these are
 std::atomic<bool> g_spares_prepared{false};
+
+// This process's spares (a fork's child has none: they are the parent's).
+bool HaveSpares() {
+  return g_spares_prepared.load(std::memory_order_acquire) &&
+         g_spares_pid.load(std::memory_order_acquire) == getpid();
+}
+
+// Hands the job `make` returns to an idle spare and returns it; null (and
+// `make` not called) when none is idle.
+LazypinThread::Job* GiveToIdleSpare(absl::FunctionRef<LazypinThread::Job*()> make) {
+  for (SpareSlot& slot : g_spares) {
+    uint32_t idle = kIdle;
+    if (!slot.state.compare_exchange_strong(idle, kClaimed, std::memory_order_acq_rel)) continue;
+    LazypinThread::Job* job = make();
+    slot.job = job;
+    slot.state.store(kGiven, std::memory_order_release);
+    FutexWake(&slot.state);
+    return job;
+  }
+  return nullptr;
+}
 
 void* SpareMain(void* arg) {
   auto* slot = static_cast<SpareSlot*>(arg);
@@ -92,19 +115,14 @@ void PrepareSpareThreads(int count) {
 }
 
 void EndUnusedSpareThreads() {
-  if (!g_spares_prepared.load(std::memory_order_acquire) ||
-      g_spares_pid.load(std::memory_order_acquire) != getpid()) {
-    return;
-  }
-  for (SpareSlot& slot : g_spares) {
-    uint32_t idle = kIdle;
-    if (!slot.state.compare_exchange_strong(idle, kClaimed, std::memory_order_acq_rel)) continue;
+  if (!HaveSpares()) return;
+  const auto nothing = [] {
     auto* job = new LazypinThread::Job;
     job->body = [] {};
     job->detached.store(true, std::memory_order_relaxed);  // nobody joins: the spare frees it
-    slot.job = job;
-    slot.state.store(kGiven, std::memory_order_release);
-    FutexWake(&slot.state);
+    return job;
+  };
+  while (GiveToIdleSpare(nothing) != nullptr) {
   }
 }
 
@@ -114,19 +132,13 @@ LazypinThread StartLazypinThread(std::function<void()> fn) {
     fn();
   };
   LazypinThread out;
-  if (g_spares_prepared.load(std::memory_order_acquire) &&
-      g_spares_pid.load(std::memory_order_acquire) == getpid()) {
-    for (SpareSlot& slot : g_spares) {
-      uint32_t idle = kIdle;
-      if (!slot.state.compare_exchange_strong(idle, kClaimed, std::memory_order_acq_rel)) continue;
+  if (HaveSpares()) {
+    out.job_ = GiveToIdleSpare([&] {
       auto* job = new LazypinThread::Job;
       job->body = std::move(body);
-      slot.job = job;
-      slot.state.store(kGiven, std::memory_order_release);
-      FutexWake(&slot.state);
-      out.job_ = job;
-      return out;
-    }
+      return job;
+    });
+    if (out.job_ != nullptr) return out;
   }
   sigset_t all, old;
   sigfillset(&all);
