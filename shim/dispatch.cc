@@ -152,6 +152,11 @@ void Dispatch::SynchronizeIfDeferred(uintptr_t lo, uintptr_t hi, void* stream) {
   if (pool_->HoldsDeferred(lo, hi)) env_->SynchronizeStream(stream);
 }
 
+void Dispatch::ApplyPageChangesBeforeCopy(uintptr_t lo, uintptr_t hi) {
+  ScopedInsideLazypin inside;
+  pool_->BeforeCopy(lo, hi);
+}
+
 void Dispatch::BeforeQuery(uintptr_t ptr) {
   FreeCachedHostBlocks(ptr, ptr + 1, EvictReason::kQuery);
   if (pool_ == nullptr || !pool_->MaybeHolds(ptr, ptr + 1)) return;

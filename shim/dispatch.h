@@ -140,6 +140,21 @@ class Dispatch {
     SynchronizeIfDeferred(lo, hi, stream);
   }
 
+  // A copy is about to move host memory [lo, hi) (every copy form,
+  // hooks_driver.cc). The driver copies through a registration it holds, so
+  // where a deferred one may hold that memory, the kernel watch's page
+  // changes are applied first (Pool::ApplyPageChanges, in MemWatch::Drain's
+  // order: every change whose system call returned, and every event the
+  // kernel has queued): a registration whose pages changed is really
+  // unregistered before the copy, which then reads the pages the program
+  // sees (Pool::BeforeCopy). Inline: nothing deferred costs one relaxed load.
+  bool MayCopyThroughDeferred(uintptr_t lo, uintptr_t hi) const {
+    return pool_ != nullptr && pool_->MaybeHolds(lo, hi);
+  }
+  void BeforeCopy(uintptr_t lo, uintptr_t hi) {
+    if (MayCopyThroughDeferred(lo, hi)) ApplyPageChangesBeforeCopy(lo, hi);
+  }
+
   Pool* pool() const { return pool_; }
   HostAllocCache* host_cache() const { return host_cache_; }
 
@@ -149,6 +164,7 @@ class Dispatch {
   // unregister must be forwarded.
   bool WaitBeforeDefer(Context ctx);
   void SynchronizeIfDeferred(uintptr_t lo, uintptr_t hi, void* stream);
+  void ApplyPageChangesBeforeCopy(uintptr_t lo, uintptr_t hi);
   RegisterRequest Request(const ProgramCall& call, Context ctx);
   void Record(const ProgramCall& call, const Outcome& outcome, int64_t t0);
   // `origin`: the API the program called (the runtime's for cudart's driver

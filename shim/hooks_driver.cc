@@ -77,9 +77,13 @@ using namespace lazypin;  // NOLINT: the hooks below are C symbols
 #define LP_MAP4(m, x, ...) m x, LP_MAP3(m, __VA_ARGS__)
 #define LP_MAP5(m, x, ...) m x, LP_MAP4(m, __VA_ARGS__)
 #define LP_MAP6(m, x, ...) m x, LP_MAP5(m, __VA_ARGS__)
-#define LP_PICK(_1, _2, _3, _4, _5, _6, NAME, ...) NAME
-#define LP_MAP(m, ...) \
-  LP_PICK(__VA_ARGS__, LP_MAP6, LP_MAP5, LP_MAP4, LP_MAP3, LP_MAP2, LP_MAP1)(m, __VA_ARGS__)
+#define LP_MAP7(m, x, ...) m x, LP_MAP6(m, __VA_ARGS__)
+#define LP_MAP8(m, x, ...) m x, LP_MAP7(m, __VA_ARGS__)
+#define LP_MAP9(m, x, ...) m x, LP_MAP8(m, __VA_ARGS__)
+#define LP_PICK(_1, _2, _3, _4, _5, _6, _7, _8, _9, NAME, ...) NAME
+#define LP_MAP(m, ...)                                                                  \
+  LP_PICK(__VA_ARGS__, LP_MAP9, LP_MAP8, LP_MAP7, LP_MAP6, LP_MAP5, LP_MAP4, LP_MAP3, \
+          LP_MAP2, LP_MAP1)(m, __VA_ARGS__)
 
 #define HOOK(NAME, RET, RESOLVE, ...)                                                   \
   using Fn_##NAME = RET (*)(LP_MAP(LP_TYPE, __VA_ARGS__));                              \
@@ -223,7 +227,9 @@ void AfterCopy2D(CUresult result, const CUDA_MEMCPY2D* c, CUstream stream) {
   side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstXInBytes, c->dstY, c->dstPitch);
 }
 
-void AfterCopy3D(CUresult result, const CUDA_MEMCPY3D* c, CUstream stream) {
+// CUDA_MEMCPY3D, or CUDA_MEMCPY3D_PEER (the same fields, each side with a context).
+template <typename Copy3D>
+void AfterCopy3D(CUresult result, const Copy3D* c, CUstream stream) {
   if (result != CUDA_SUCCESS || c == nullptr) return;
   auto side = [&](CUmemorytype type, const void* host, CUdeviceptr unified, size_t x, size_t y,
                   size_t z, size_t pitch, size_t height) {
@@ -270,7 +276,24 @@ CopySide PitchedSide(CUmemorytype type, const void* host, CUdeviceptr unified, s
   return CopySide{};
 }
 
+// Before any copy that may move host memory [lo, lo + bytes): the kernel
+// watch's changes there are applied first (Dispatch::BeforeCopy). With
+// nothing deferred: one relaxed load past the published state.
+void GuardCopySide(uintptr_t lo, size_t bytes) {
+  if (bytes == 0) return;
+  const uintptr_t hi = RangeEnd(lo, bytes);
+  const ShimState* state = PublishedState();
+  if (state == nullptr || state->dispatch == nullptr ||
+      !state->dispatch->MayCopyThroughDeferred(lo, hi) || t_state.inside) {
+    return;
+  }
+  // A copy of the process that fork's handlers missed switches first.
+  if (Dispatch* dispatch = PublishedDispatch()) dispatch->BeforeCopy(lo, hi);
+}
+
 void BeforeCopy(const char* api, Via via, CopySide dst, CopySide src) {
+  GuardCopySide(dst.lo, dst.bytes);
+  GuardCopySide(src.lo, src.bytes);
   if (AutoPin* auto_pin = AutoPinFor(dst.bytes > src.bytes ? dst.bytes : src.bytes)) {
     auto_pin->BeforeCopy(api, via, dst, src);
   }
@@ -289,8 +312,11 @@ void BeforeCopy2D(const char* api, Via via, const CUDA_MEMCPY2D* c) {
                          c->Height));
 }
 
-void BeforeCopy3D(const char* api, Via via, const CUDA_MEMCPY3D* c) {
-  if (c == nullptr || c->WidthInBytes == 0 || c->Height == 0 || c->Depth == 0) return;
+// The host sides of a 3D copy (CUDA_MEMCPY3D or CUDA_MEMCPY3D_PEER); false
+// when it copies nothing.
+template <typename Copy3D>
+bool Sides3D(const Copy3D* c, CopySide* dst, CopySide* src) {
+  if (c == nullptr || c->WidthInBytes == 0 || c->Height == 0 || c->Depth == 0) return false;
   auto side = [&](CUmemorytype type, const void* host, CUdeviceptr unified, size_t x, size_t y,
                   size_t z, size_t pitch, size_t height) {
     const size_t step = pitch != 0 ? pitch : c->WidthInBytes;
@@ -298,11 +324,74 @@ void BeforeCopy3D(const char* api, Via via, const CUDA_MEMCPY3D* c) {
     return PitchedSide(type, host, unified, (z * h + y) * step + x, pitch, c->WidthInBytes,
                        (c->Depth - 1) * h + c->Height);
   };
-  BeforeCopy(api, via,
-             side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstXInBytes, c->dstY, c->dstZ,
-                  c->dstPitch, c->dstHeight),
-             side(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcXInBytes, c->srcY, c->srcZ,
-                  c->srcPitch, c->srcHeight));
+  *dst = side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstXInBytes, c->dstY, c->dstZ,
+              c->dstPitch, c->dstHeight);
+  *src = side(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcXInBytes, c->srcY, c->srcZ,
+              c->srcPitch, c->srcHeight);
+  return true;
+}
+
+void BeforeCopy3D(const char* api, Via via, const CUDA_MEMCPY3D* c) {
+  CopySide dst, src;
+  if (Sides3D(c, &dst, &src)) BeforeCopy(api, via, dst, src);
+}
+
+// Copies auto-pin does not cover (docs/design.md, "Auto-pin"): only the watch's
+// changes are applied first.
+void GuardCopy3DPeer(const CUDA_MEMCPY3D_PEER* c) {
+  CopySide dst, src;
+  if (!Sides3D(c, &dst, &src)) return;
+  GuardCopySide(dst.lo, dst.bytes);
+  GuardCopySide(src.lo, src.bytes);
+}
+
+// cuMemcpyBatchAsync: `count` unified copies.
+void GuardBatch(const CUdeviceptr* dsts, const CUdeviceptr* srcs, const size_t* sizes,
+                size_t count) {
+  if (dsts == nullptr || srcs == nullptr || sizes == nullptr) return;
+  for (size_t i = 0; i < count; ++i) {
+    GuardCopySide(srcs[i], sizes[i]);
+    GuardCopySide(dsts[i], sizes[i]);
+  }
+}
+void AfterBatch(CUresult result, const CUdeviceptr* dsts, const CUdeviceptr* srcs,
+                const size_t* sizes, size_t count, CUstream stream) {
+  if (result != CUDA_SUCCESS || dsts == nullptr || srcs == nullptr || sizes == nullptr) return;
+  for (size_t i = 0; i < count; ++i) {
+    AfterCopy(result, srcs[i], sizes[i], stream);
+    AfterCopy(result, dsts[i], sizes[i], stream);
+  }
+}
+
+// cuMemcpy3DBatchAsync: a pointer operand spans `depth` layers of `height`
+// rows (rowLength and layerHeight 0: the extent's), in bytes.
+CopySide OperandSide(const CUmemcpy3DOperand& o, const CUextent3D& e) {
+  if (o.type != CU_MEMCPY_OPERAND_TYPE_POINTER || o.op.ptr.ptr == 0 || e.width == 0 ||
+      e.height == 0 || e.depth == 0) {
+    return CopySide{};
+  }
+  const size_t row = o.op.ptr.rowLength != 0 ? o.op.ptr.rowLength : e.width;
+  const size_t layer = o.op.ptr.layerHeight != 0 ? o.op.ptr.layerHeight : e.height;
+  return UnifiedSide(o.op.ptr.ptr, Span(row, e.width, (e.depth - 1) * layer + e.height));
+}
+void GuardBatch3D(size_t count, const CUDA_MEMCPY3D_BATCH_OP* ops) {
+  if (ops == nullptr) return;
+  for (size_t i = 0; i < count; ++i) {
+    const CopySide src = OperandSide(ops[i].src, ops[i].extent);
+    const CopySide dst = OperandSide(ops[i].dst, ops[i].extent);
+    GuardCopySide(src.lo, src.bytes);
+    GuardCopySide(dst.lo, dst.bytes);
+  }
+}
+void AfterBatch3D(CUresult result, size_t count, const CUDA_MEMCPY3D_BATCH_OP* ops,
+                  CUstream stream) {
+  if (result != CUDA_SUCCESS || ops == nullptr) return;
+  for (size_t i = 0; i < count; ++i) {
+    const CopySide src = OperandSide(ops[i].src, ops[i].extent);
+    const CopySide dst = OperandSide(ops[i].dst, ops[i].extent);
+    AfterCopy(result, src.lo, src.bytes, stream);
+    AfterCopy(result, dst.lo, dst.bytes, stream);
+  }
 }
 }  // namespace
 
@@ -380,6 +469,62 @@ SYNC_COPY_HOOKS(cuMemcpy, BEFORE_ANY)
 SYNC_COPY_HOOKS(cuMemcpy2D_v2, BEFORE_2D)
 SYNC_COPY_HOOKS(cuMemcpy2DUnaligned_v2, BEFORE_2D)
 SYNC_COPY_HOOKS(cuMemcpy3D_v2, BEFORE_3D)
+
+// Copies auto-pin leaves alone: arrays, peer 3D, batches. Only the watch's
+// changes are applied first, and the async ones keep pageable semantics.
+#define COPY_PARAMS_cuMemcpyHtoA_v2 (CUarray, dst), (size_t, offset), (const void*, src), (size_t, bytes)
+#define COPY_ARGS_cuMemcpyHtoA_v2 (dst, offset, src, bytes)
+#define COPY_PARAMS_cuMemcpyAtoH_v2 (void*, dst), (CUarray, src), (size_t, offset), (size_t, bytes)
+#define COPY_ARGS_cuMemcpyAtoH_v2 (dst, src, offset, bytes)
+#define COPY_PARAMS_cuMemcpyHtoAAsync_v2 \
+  (CUarray, dst), (size_t, offset), (const void*, src), (size_t, bytes), (CUstream, stream)
+#define COPY_ARGS_cuMemcpyHtoAAsync_v2 (dst, offset, src, bytes, stream)
+#define COPY_PARAMS_cuMemcpyAtoHAsync_v2 \
+  (void*, dst), (CUarray, src), (size_t, offset), (size_t, bytes), (CUstream, stream)
+#define COPY_ARGS_cuMemcpyAtoHAsync_v2 (dst, src, offset, bytes, stream)
+#define COPY_PARAMS_cuMemcpy3DPeer (const CUDA_MEMCPY3D_PEER*, copy)
+#define COPY_ARGS_cuMemcpy3DPeer (copy)
+#define COPY_PARAMS_cuMemcpy3DPeerAsync (const CUDA_MEMCPY3D_PEER*, copy), (CUstream, stream)
+#define COPY_ARGS_cuMemcpy3DPeerAsync (copy, stream)
+// Batches: CUDA 12.8's form (a failure index) and CUDA 13's.
+#define COPY_PARAMS_cuMemcpyBatchAsync                                                   \
+  (CUdeviceptr*, dsts), (CUdeviceptr*, srcs), (size_t*, sizes), (size_t, count),         \
+      (CUmemcpyAttributes*, attrs), (size_t*, attr_idxs), (size_t, num_attrs), (size_t*, fail_idx), \
+      (CUstream, stream)
+#define COPY_ARGS_cuMemcpyBatchAsync \
+  (dsts, srcs, sizes, count, attrs, attr_idxs, num_attrs, fail_idx, stream)
+#define COPY_PARAMS_cuMemcpyBatchAsync_v2                                                \
+  (CUdeviceptr*, dsts), (CUdeviceptr*, srcs), (size_t*, sizes), (size_t, count),         \
+      (CUmemcpyAttributes*, attrs), (size_t*, attr_idxs), (size_t, num_attrs), (CUstream, stream)
+#define COPY_ARGS_cuMemcpyBatchAsync_v2 (dsts, srcs, sizes, count, attrs, attr_idxs, num_attrs, stream)
+#define COPY_PARAMS_cuMemcpy3DBatchAsync                                                 \
+  (size_t, count), (CUDA_MEMCPY3D_BATCH_OP*, ops), (size_t*, fail_idx),                  \
+      (unsigned long long, flags), (CUstream, stream)
+#define COPY_ARGS_cuMemcpy3DBatchAsync (count, ops, fail_idx, flags, stream)
+#define COPY_PARAMS_cuMemcpy3DBatchAsync_v2 \
+  (size_t, count), (CUDA_MEMCPY3D_BATCH_OP*, ops), (unsigned long long, flags), (CUstream, stream)
+#define COPY_ARGS_cuMemcpy3DBatchAsync_v2 (count, ops, flags, stream)
+
+#define GUARD_HTOA(api) GuardCopySide(HostAddr(src), bytes)
+#define GUARD_ATOH(api) GuardCopySide(HostAddr(dst), bytes)
+#define GUARD_PEER(api) GuardCopy3DPeer(copy)
+#define GUARD_BATCH(api) GuardBatch(dsts, srcs, sizes, count)
+#define GUARD_BATCH3D(api) GuardBatch3D(count, ops)
+#define AFTER_HTOA(s) AfterCopy(result, HostAddr(src), bytes, s)
+#define AFTER_ATOH(s) AfterCopy(result, HostAddr(dst), bytes, s)
+#define AFTER_PEER(s) AfterCopy3D(result, copy, s)
+#define AFTER_BATCH(s) AfterBatch(result, dsts, srcs, sizes, count, s)
+#define AFTER_BATCH3D(s) AfterBatch3D(result, count, ops, s)
+SYNC_COPY_HOOKS(cuMemcpyHtoA_v2, GUARD_HTOA)
+SYNC_COPY_HOOKS(cuMemcpyAtoH_v2, GUARD_ATOH)
+SYNC_COPY_HOOKS(cuMemcpy3DPeer, GUARD_PEER)
+COPY_HOOKS(cuMemcpyHtoAAsync_v2, GUARD_HTOA, AFTER_HTOA)
+COPY_HOOKS(cuMemcpyAtoHAsync_v2, GUARD_ATOH, AFTER_ATOH)
+COPY_HOOKS(cuMemcpy3DPeerAsync, GUARD_PEER, AFTER_PEER)
+COPY_HOOKS(cuMemcpyBatchAsync, GUARD_BATCH, AFTER_BATCH)
+COPY_HOOKS(cuMemcpyBatchAsync_v2, GUARD_BATCH, AFTER_BATCH)
+COPY_HOOKS(cuMemcpy3DBatchAsync, GUARD_BATCH3D, AFTER_BATCH3D)
+COPY_HOOKS(cuMemcpy3DBatchAsync_v2, GUARD_BATCH3D, AFTER_BATCH3D)
 
 // ---- pointer queries: memory the program unregistered must look unregistered
 HOOK(cuPointerGetAttribute, CUresult, DriverSymbol, (void*, data),
@@ -570,6 +715,20 @@ const HookEntry kHooks[] = {
     SYNC_COPY_ENTRIES(cuMemcpy2D_v2, "cuMemcpy2D", 3020),
     SYNC_COPY_ENTRIES(cuMemcpy2DUnaligned_v2, "cuMemcpy2DUnaligned", 3020),
     SYNC_COPY_ENTRIES(cuMemcpy3D_v2, "cuMemcpy3D", 3020),
+    SYNC_COPY_ENTRIES(cuMemcpyHtoA_v2, "cuMemcpyHtoA", 3020),
+    SYNC_COPY_ENTRIES(cuMemcpyAtoH_v2, "cuMemcpyAtoH", 3020),
+    SYNC_COPY_ENTRIES(cuMemcpy3DPeer, "cuMemcpy3DPeer", 4000),
+    COPY_ENTRIES(cuMemcpyHtoAAsync_v2, "cuMemcpyHtoAAsync", 3020),
+    COPY_ENTRIES(cuMemcpyAtoHAsync_v2, "cuMemcpyAtoHAsync", 3020),
+    COPY_ENTRIES(cuMemcpy3DPeerAsync, "cuMemcpy3DPeerAsync", 4000),
+    ENTRY_FOR(cuMemcpyBatchAsync, "cuMemcpyBatchAsync", 12080, 12999, kLegacy),
+    ENTRY_FOR(cuMemcpyBatchAsync_ptsz, "cuMemcpyBatchAsync", 12080, 12999, kPerThread),
+    ENTRY_FOR(cuMemcpyBatchAsync_v2, "cuMemcpyBatchAsync", 13000, INT_MAX, kLegacy),
+    ENTRY_FOR(cuMemcpyBatchAsync_v2_ptsz, "cuMemcpyBatchAsync", 13000, INT_MAX, kPerThread),
+    ENTRY_FOR(cuMemcpy3DBatchAsync, "cuMemcpy3DBatchAsync", 12080, 12999, kLegacy),
+    ENTRY_FOR(cuMemcpy3DBatchAsync_ptsz, "cuMemcpy3DBatchAsync", 12080, 12999, kPerThread),
+    ENTRY_FOR(cuMemcpy3DBatchAsync_v2, "cuMemcpy3DBatchAsync", 13000, INT_MAX, kLegacy),
+    ENTRY_FOR(cuMemcpy3DBatchAsync_v2_ptsz, "cuMemcpy3DBatchAsync", 13000, INT_MAX, kPerThread),
     // ---- stream capture
     ENTRY_FOR(cuStreamBeginCapture, "cuStreamBeginCapture", 0, 10009, kLegacy),
     ENTRY_FOR(cuStreamBeginCapture_ptsz, "cuStreamBeginCapture", 0, 10009, kPerThread),

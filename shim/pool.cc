@@ -275,6 +275,19 @@ void Pool::ApplyPageChanges() {
   Evict(victims);
 }
 
+void Pool::BeforeCopy(uintptr_t lo, uintptr_t hi) {
+  if (abandoned_.load(std::memory_order_relaxed)) return;
+  ApplyPageChanges();
+  const uintptr_t page_lo = PageFloor(lo), page_hi = PageCeil(hi);
+  std::unique_lock<std::mutex> lock(mu_);
+  evicted_.wait(lock, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    for (auto it = FirstOverlap(page_lo); it != entries_.end() && it->first < page_hi; ++it) {
+      if (it->second.state == State::kEvicting) return false;
+    }
+    return true;
+  });
+}
+
 AutoPinOutcome Pool::AutoPin(const RegisterRequest& req, uint64_t max_auto_bytes,
                              absl::FunctionRef<bool()> eligible,
                              absl::FunctionRef<int()> register_fn) {

@@ -201,6 +201,14 @@ class Pool {
   // not be deferred. Every program entry point above starts with it.
   void ApplyPageChanges();
 
+  // A copy is about to move host memory [lo, hi) through the driver, which
+  // copies through any registration it holds there: applies the page changes
+  // (as ApplyPageChanges), then waits for the evictions in progress on
+  // [lo, hi) (another thread's apply may have taken such an entry, and the
+  // driver holds it until its unregister returns). Afterwards no registration
+  // the pool deferred there has pages that changed before the call.
+  void BeforeCopy(uintptr_t lo, uintptr_t hi);
+
   // Memory [lo, hi) leaves the process, or a pointer query touches it: really
   // unregister the deferred entries overlapping it. Returns how many.
   int Invalidate(uintptr_t lo, uintptr_t hi, EvictReason reason);
