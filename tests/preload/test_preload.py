@@ -194,6 +194,45 @@ class PreloadTest(AppTestCase):
         self.assertEqual(outs["log"], outs["bare"])
         self.assertEqual(outs["defer"], outs["bare"])
 
+    # A copy right after a change only the kernel saw, with no register in
+    # between: the copy hooks apply the watch's changes first (every copy
+    # form). Sync and async, both directions, from the thread that changed
+    # the pages and from another one; the detector counts any copy through
+    # the old frames.
+    def test_copy_right_after_an_unseen_change_reads_the_new_pages(self):
+        for then in ("copy", "async"):
+            for direction in ("htod", "dtoh"):
+                for thread in ("same", "other"):
+                    argv = [app("unseen"), "--then", then, "--dir", direction, "--thread", thread]
+                    outs = {}
+                    for mode in ("bare", "log", "defer"):
+                        extra = {"SIMCUDA_STALE": "count"}
+                        if mode != "bare":
+                            extra["LAZYPIN_MODE"] = mode
+                        run = self.run_app(argv, shim=mode != "bare", **extra)
+                        what = "%s %s %s %s" % (then, direction, thread, mode)
+                        self.assertEqual(run.rc, 0, what + run.err[-2000:])
+                        self.assertIn("UNSEEN done", run.out, what)
+                        stale = run.err.count("STALE REGISTRATION")
+                        self.assertEqual(stale, 0, "%s: %d stale copies\n%s\n%s" % (
+                            what, stale, run.out, run.err[-3000:]))
+                        outs[mode] = run.out
+                    self.assertEqual(outs["log"], outs["bare"], argv)
+                    self.assertEqual(outs["defer"], outs["bare"], argv)
+
+    def test_copies_while_another_thread_changes_pages_by_raw_syscalls(self):
+        for mode in ("bare", "log", "defer"):
+            extra = {"SIMCUDA_STALE": "count"}
+            if mode != "bare":
+                extra["LAZYPIN_MODE"] = mode
+            run = self.run_app([app("unseen"), "--stress", "600"], shim=mode != "bare", **extra)
+            self.assertEqual(run.rc, 0, run.err[-2000:])
+            self.assertIn("stress 600 copies, 0 STALE", run.out, mode)
+            self.assertEqual(run.err.count("STALE REGISTRATION"), 0, (mode, run.err[-3000:]))
+            if mode == "defer":
+                evictions = run.records[-1]["pool"]["evictions"]
+                self.assertGreater(evictions.get("watch", 0), 0, evictions)
+
     def test_unseen_paths_with_hooks_alone_is_the_documented_gap(self):
         # LAZYPIN_WATCH=hooks: what the hooks alone miss (docs/design.md, "The kernel watch").
         run = self.run_app([app("unseen")], LAZYPIN_MODE="defer", LAZYPIN_WATCH="hooks",

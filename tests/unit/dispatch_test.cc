@@ -35,7 +35,15 @@ class ModelPoolDriver final : public PoolDriver {
   }
   bool ReadFrames(uintptr_t, size_t, std::vector<uint64_t>*) override { return false; }
   int64_t NowNs() override { return 0; }
+  // The kernel watch: ranges whose pages changed, reported at the next drain.
+  void DrainChanges(absl::FunctionRef<void(uintptr_t, uintptr_t)> changed) override {
+    ++drains;
+    for (auto [lo, hi] : changes) changed(lo, hi);
+    changes.clear();
+  }
   int unregisters = 0;
+  int drains = 0;
+  std::vector<std::pair<uintptr_t, uintptr_t>> changes;
 
  private:
   model::DriverModel* model_;
@@ -325,6 +333,27 @@ TEST_P(DispatchTest, ACopyFromMemoryTheProgramUnregisteredSynchronizesItsStream)
   }
 }
 
+TEST_P(DispatchTest, ACopyAppliesTheWatchsChangesToMemoryTheProgramUnregistered) {
+  constexpr uintptr_t kOther = kBuf + 16 * kBytes;
+  ASSERT_EQ(DriverRegister(kBuf, kBytes, 0), 0);
+  const int registered = pool_driver_.drains;
+  dispatch_->BeforeCopy(kBuf, kBuf + kBytes);
+  EXPECT_EQ(pool_driver_.drains, registered) << "nothing deferred: no drain";
+  ASSERT_EQ(DriverUnregister(kBuf), 0);
+  const int drains = pool_driver_.drains;
+  pool_driver_.changes.push_back({kBuf + 4096, kBuf + 8192});  // a raw munmap, say
+  dispatch_->BeforeCopy(kOther, kOther + kBytes);
+  EXPECT_EQ(pool_driver_.drains, drains) << "a copy elsewhere does not drain";
+  dispatch_->BeforeCopy(kBuf + kBytes - 1, kBuf + kBytes);
+  if (!Deferring()) {
+    EXPECT_EQ(pool_driver_.drains, drains);
+    return;
+  }
+  EXPECT_EQ(pool_driver_.drains, drains + 1);
+  EXPECT_EQ(pool_driver_.unregisters, 1) << "the changed registration goes before the copy";
+  EXPECT_EQ(model_.Register(kBuf, kBytes, 0, kCtx), 0) << "the driver holds nothing there";
+}
+
 // The copy hooks' cost on a copy from registered memory (CPU, this machine):
 // with nothing deferred, and with something deferred elsewhere.
 TEST_P(DispatchTest, CopyGuardCost) {
@@ -335,6 +364,7 @@ TEST_P(DispatchTest, CopyGuardCost) {
     constexpr int kN = 2000000;
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < kN; ++i) {
+      dispatch_->BeforeCopy(kBuf + (i & 255), kBuf + kBytes);
       dispatch_->AfterAsyncCopy(kBuf + (i & 255), kBuf + kBytes, nullptr);
     }
     const double ns = std::chrono::duration<double, std::nano>(
