@@ -157,6 +157,11 @@ void Dispatch::ApplyPageChangesBeforeCopy(uintptr_t lo, uintptr_t hi) {
   pool_->BeforeCopy(lo, hi);
 }
 
+void Dispatch::ReleaseForGraph(uintptr_t lo, uintptr_t hi) {
+  ScopedInsideLazypin inside;
+  pool_->Invalidate(lo, hi, EvictReason::kGraph);
+}
+
 void Dispatch::BeforeQuery(uintptr_t ptr) {
   FreeCachedHostBlocks(ptr, ptr + 1, EvictReason::kQuery);
   if (pool_ == nullptr || !pool_->MaybeHolds(ptr, ptr + 1)) return;

@@ -155,6 +155,15 @@ class Dispatch {
     if (MayCopyThroughDeferred(lo, hi)) ApplyPageChangesBeforeCopy(lo, hi);
   }
 
+  // A graph's memcpy node names host memory [lo, hi), and the graph is being
+  // recorded, instantiated or launched: deferred entries there are really
+  // unregistered first (EvictReason::kGraph), so that the driver finds that
+  // memory as the program left it, pageable, as without lazypin. Inline:
+  // nothing deferred costs one relaxed load.
+  void BeforeGraphUse(uintptr_t lo, uintptr_t hi) {
+    if (MayCopyThroughDeferred(lo, hi)) ReleaseForGraph(lo, hi);
+  }
+
   Pool* pool() const { return pool_; }
   HostAllocCache* host_cache() const { return host_cache_; }
 
@@ -165,6 +174,7 @@ class Dispatch {
   bool WaitBeforeDefer(Context ctx);
   void SynchronizeIfDeferred(uintptr_t lo, uintptr_t hi, void* stream);
   void ApplyPageChangesBeforeCopy(uintptr_t lo, uintptr_t hi);
+  void ReleaseForGraph(uintptr_t lo, uintptr_t hi);
   RegisterRequest Request(const ProgramCall& call, Context ctx);
   void Record(const ProgramCall& call, const Outcome& outcome, int64_t t0);
   // `origin`: the API the program called (the runtime's for cudart's driver

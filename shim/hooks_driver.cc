@@ -21,6 +21,7 @@
 #include "capture.h"
 #include "cuda.h"
 #include "dispatch.h"
+#include "graph_ranges.h"
 #include "hooks.h"
 #include "pages.h"
 #include "real.h"
@@ -193,15 +194,64 @@ CONTEXT_HOOK(cuDevicePrimaryCtxReset_v2, CUdevice, BeforePrimaryContextReset(arg
 RELEASE_HOOK(cuDevicePrimaryCtxRelease)
 RELEASE_HOOK(cuDevicePrimaryCtxRelease_v2)
 
+namespace lazypin {
+namespace {
+// The capture recording work on `stream` now (its tracker key), or 0: none,
+// or unknown. One relaxed load when nothing captures. (Defined with the
+// capture hooks below.)
+uint64_t RecordingCapture(CUstream stream);
+}  // namespace
+}  // namespace lazypin
+
 // ---- async copies: memory the program unregistered copies as pageable -------
 // After the real call: the copy's host ranges (a side that is host or
 // unified memory) go to Dispatch::AfterAsyncCopy, which synchronizes the
 // stream if the program has unregistered that memory (pool.h: deferred).
+// Before the real call of a copy that a capture records, the same ranges go
+// to the capture's graph (graph_ranges.h), called with `kRecordedCopy`.
 namespace {
 uintptr_t HostAddr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 
+// Not a driver result: AFTER(stream) for a copy a capture is about to record.
+constexpr CUresult kRecordedCopy = static_cast<CUresult>(-1);
+
+// The dispatch when lazypin defers (graph ranges matter only then).
+Dispatch* DeferringDispatch() {
+  Dispatch* dispatch = PublishedDispatch();
+  return dispatch != nullptr && dispatch->pool() != nullptr ? dispatch : nullptr;
+}
+
+// A memcpy node of `owner` (a graph or an executable graph; null: unknown)
+// names host memory [lo, hi): noted, and deferred entries there released.
+void NoteGraphRange(Dispatch* dispatch, const void* owner, uintptr_t lo, uintptr_t hi) {
+  if (hi <= lo) return;
+  {
+    ScopedInsideLazypin inside;
+    if (owner != nullptr) {
+      Graphs().Add(owner, {lo, hi});
+    } else {
+      Graphs().AddStray({lo, hi});
+    }
+  }
+  dispatch->BeforeGraphUse(lo, hi);
+}
+
 void AfterCopy(CUresult result, uintptr_t lo, size_t bytes, CUstream stream) {
-  if (result != CUDA_SUCCESS || bytes == 0 || t_state.inside) return;
+  if (bytes == 0 || t_state.inside) return;
+  if (result == kRecordedCopy) {
+    // Recorded, not run: the graph replays it at each launch (released then
+    // too), and the driver records it as the program's memory is now.
+    const uint64_t capture = RecordingCapture(stream);
+    Dispatch* dispatch = DeferringDispatch();
+    if (capture == 0 || dispatch == nullptr) return;
+    {
+      ScopedInsideLazypin inside;
+      Graphs().AddToCapture(capture, {lo, RangeEnd(lo, bytes)});
+    }
+    dispatch->BeforeGraphUse(lo, RangeEnd(lo, bytes));
+    return;
+  }
+  if (result != CUDA_SUCCESS) return;
   if (Dispatch* dispatch = PublishedDispatch()) {
     dispatch->AfterAsyncCopy(lo, RangeEnd(lo, bytes), stream);
   }
@@ -213,7 +263,7 @@ size_t Span(size_t pitch, size_t width, size_t rows) {
 }
 
 void AfterCopy2D(CUresult result, const CUDA_MEMCPY2D* c, CUstream stream) {
-  if (result != CUDA_SUCCESS || c == nullptr) return;
+  if ((result != CUDA_SUCCESS && result != kRecordedCopy) || c == nullptr) return;
   auto side = [&](CUmemorytype type, const void* host, CUdeviceptr unified, size_t x, size_t y,
                   size_t pitch) {
     const uintptr_t base = type == CU_MEMORYTYPE_HOST      ? HostAddr(host)
@@ -230,7 +280,7 @@ void AfterCopy2D(CUresult result, const CUDA_MEMCPY2D* c, CUstream stream) {
 // CUDA_MEMCPY3D, or CUDA_MEMCPY3D_PEER (the same fields, each side with a context).
 template <typename Copy3D>
 void AfterCopy3D(CUresult result, const Copy3D* c, CUstream stream) {
-  if (result != CUDA_SUCCESS || c == nullptr) return;
+  if ((result != CUDA_SUCCESS && result != kRecordedCopy) || c == nullptr) return;
   auto side = [&](CUmemorytype type, const void* host, CUdeviceptr unified, size_t x, size_t y,
                   size_t z, size_t pitch, size_t height) {
     const uintptr_t base = type == CU_MEMORYTYPE_HOST      ? HostAddr(host)
@@ -356,7 +406,10 @@ void GuardBatch(const CUdeviceptr* dsts, const CUdeviceptr* srcs, const size_t* 
 }
 void AfterBatch(CUresult result, const CUdeviceptr* dsts, const CUdeviceptr* srcs,
                 const size_t* sizes, size_t count, CUstream stream) {
-  if (result != CUDA_SUCCESS || dsts == nullptr || srcs == nullptr || sizes == nullptr) return;
+  if ((result != CUDA_SUCCESS && result != kRecordedCopy) || dsts == nullptr || srcs == nullptr ||
+      sizes == nullptr) {
+    return;
+  }
   for (size_t i = 0; i < count; ++i) {
     AfterCopy(result, srcs[i], sizes[i], stream);
     AfterCopy(result, dsts[i], sizes[i], stream);
@@ -385,7 +438,7 @@ void GuardBatch3D(size_t count, const CUDA_MEMCPY3D_BATCH_OP* ops) {
 }
 void AfterBatch3D(CUresult result, size_t count, const CUDA_MEMCPY3D_BATCH_OP* ops,
                   CUstream stream) {
-  if (result != CUDA_SUCCESS || ops == nullptr) return;
+  if ((result != CUDA_SUCCESS && result != kRecordedCopy) || ops == nullptr) return;
   for (size_t i = 0; i < count; ++i) {
     const CopySide src = OperandSide(ops[i].src, ops[i].extent);
     const CopySide dst = OperandSide(ops[i].dst, ops[i].extent);
@@ -396,17 +449,22 @@ void AfterBatch3D(CUresult result, size_t count, const CUDA_MEMCPY3D_BATCH_OP* o
 }  // namespace
 
 // Each copy twice: the legacy-stream entry point and its `_ptsz` twin.
-// BEFORE(api) may auto-pin the host side; AFTER(stream) keeps pageable semantics.
+// BEFORE(api) may auto-pin the host side; AFTER(stream) keeps pageable
+// semantics, and first, for a copy that a capture records, notes its ranges.
 #define COPY_HOOKS(NAME, BEFORE, AFTER)                                                  \
   HOOK(NAME, CUresult, DriverSymbol, COPY_PARAMS_##NAME) {                               \
+    CUresult result = kRecordedCopy;                                                     \
+    if (RecordingCapture(stream) != 0) AFTER(stream);                                    \
     BEFORE(#NAME);                                                                       \
-    const CUresult result = real COPY_ARGS_##NAME;                                       \
+    result = real COPY_ARGS_##NAME;                                                      \
     AFTER(stream);                                                                       \
     return result;                                                                       \
   }                                                                                      \
   HOOK(NAME##_ptsz, CUresult, DriverSymbol, COPY_PARAMS_##NAME) {                        \
+    CUresult result = kRecordedCopy;                                                     \
+    if (RecordingCapture(PerThread(stream)) != 0) AFTER(PerThread(stream));              \
     BEFORE(#NAME "_ptsz");                                                               \
-    const CUresult result = real COPY_ARGS_##NAME;                                       \
+    result = real COPY_ARGS_##NAME;                                                      \
     AFTER(PerThread(stream));                                                            \
     return result;                                                                       \
   }
@@ -589,6 +647,17 @@ uint64_t CaptureKey(CUstream stream, bool ptsz) {
                                        : static_cast<uint64_t>(reinterpret_cast<uintptr_t>(stream));
 }
 
+uint64_t RecordingCapture(CUstream stream) {
+  if (!Captures().Any() || t_state.inside) return 0;
+  auto is_capturing = g_is_capturing[0].Get(&real::Driver, "cuStreamIsCapturing");
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (is_capturing == nullptr || is_capturing(stream, &status) != CUDA_SUCCESS ||
+      status != CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+    return 0;
+  }
+  return CaptureKey(stream, false);
+}
+
 template <typename Begin>
 CUresult TrackedBeginCapture(CUstream stream, CUstreamCaptureMode mode, bool ptsz, Begin begin) {
   CUcontext ctx = nullptr;
@@ -600,6 +669,7 @@ CUresult TrackedBeginCapture(CUstream stream, CUstreamCaptureMode mode, bool pts
   int handle;
   {
     ScopedInsideLazypin inside;  // a signal handler's hook on this thread leaves the tracker alone
+    Graphs().EndCapture(key, nullptr);  // what an earlier capture of the stream left
     handle = Captures().Begin(key, ctx, static_cast<CaptureMode>(mode), CaptureThreadId());
   }
   const CUresult result = begin();
@@ -611,8 +681,12 @@ CUresult TrackedBeginCapture(CUstream stream, CUstreamCaptureMode mode, bool pts
 }
 
 template <typename End>
-CUresult TrackedEndCapture(CUstream stream, bool ptsz, End end) {
+CUresult TrackedEndCapture(CUstream stream, bool ptsz, CUgraph* graph, End end) {
   const CUresult result = end();
+  if (result == CUDA_SUCCESS && graph != nullptr && Graphs().Any()) {
+    ScopedInsideLazypin inside;
+    Graphs().EndCapture(CaptureKey(stream, ptsz), *graph);  // the copies it recorded
+  }
   // Ended, or ended by invalidation (901); a refused end (wrong thread) is
   // not: the driver's own view decides, where it can be asked.
   bool ended = result == CUDA_SUCCESS || result == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED ||
@@ -660,10 +734,147 @@ HOOK(cuStreamBeginCaptureToGraph_ptsz, CUresult, DriverSymbol, (CUstream, stream
                              [&] { return real(stream, graph, deps, edges, count, mode); });
 }
 HOOK(cuStreamEndCapture, CUresult, DriverSymbol, (CUstream, stream), (CUgraph*, graph)) {
-  return TrackedEndCapture(stream, false, [&] { return real(stream, graph); });
+  return TrackedEndCapture(stream, false, graph, [&] { return real(stream, graph); });
 }
 HOOK(cuStreamEndCapture_ptsz, CUresult, DriverSymbol, (CUstream, stream), (CUgraph*, graph)) {
-  return TrackedEndCapture(stream, true, [&] { return real(stream, graph); });
+  return TrackedEndCapture(stream, true, graph, [&] { return real(stream, graph); });
+}
+
+// ---- graphs: a memcpy node never copies through a deferred registration ----
+// (graph_ranges.h; docs/design.md, "Graphs"). Each memcpy node's host ranges
+// are noted for its graph (explicit nodes here, captured copies by the copy
+// hooks above), carried to the executable graphs made from it, and released
+// from the pool before the graph is instantiated or launched.
+namespace {
+
+// A memcpy node of `owner` (null: a node whose graph is unknown).
+void NoteGraphCopy(const void* owner, const CUDA_MEMCPY3D* copy) {
+  Dispatch* dispatch = t_state.inside ? nullptr : DeferringDispatch();
+  CopySide dst, src;
+  if (dispatch == nullptr || !Sides3D(copy, &dst, &src)) return;
+  NoteGraphRange(dispatch, owner, dst.lo, RangeEnd(dst.lo, dst.bytes));
+  NoteGraphRange(dispatch, owner, src.lo, RangeEnd(src.lo, src.bytes));
+}
+void NoteGraphNode(const void* owner, const CUgraphNodeParams* params) {
+  if (params != nullptr && params->type == CU_GRAPH_NODE_TYPE_MEMCPY) {
+    NoteGraphCopy(owner, &params->memcpy.copyParams);
+  }
+}
+
+// `owner` (a graph about to be instantiated, an executable graph about to be
+// launched) may copy its ranges now: release what the pool defers there.
+void BeforeGraphRuns(const void* owner) {
+  if (!Graphs().Any() || t_state.inside) return;
+  Dispatch* dispatch = DeferringDispatch();
+  if (dispatch == nullptr) return;
+  std::vector<GraphRanges::Range> ranges;
+  {
+    ScopedInsideLazypin inside;
+    Graphs().ForEach(owner, [&](GraphRanges::Range r) { ranges.push_back(r); });
+  }
+  for (const GraphRanges::Range& r : ranges) dispatch->BeforeGraphUse(r.lo, r.hi);
+}
+
+void CopyGraphRanges(CUresult result, const void* from, const void* to) {
+  if (result != CUDA_SUCCESS || to == nullptr || !Graphs().Any() || t_state.inside) return;
+  ScopedInsideLazypin inside;
+  Graphs().CopyTo(from, to);
+}
+
+void ForgetGraph(CUresult result, const void* owner) {
+  if (result != CUDA_SUCCESS || !Graphs().Any() || t_state.inside) return;
+  ScopedInsideLazypin inside;
+  Graphs().Forget(owner);
+}
+
+}  // namespace
+
+HOOK(cuGraphAddMemcpyNode, CUresult, DriverSymbol, (CUgraphNode*, node), (CUgraph, graph),
+     (const CUgraphNode*, deps), (size_t, count), (const CUDA_MEMCPY3D*, copy), (CUcontext, ctx)) {
+  NoteGraphCopy(graph, copy);
+  return real(node, graph, deps, count, copy, ctx);
+}
+HOOK(cuGraphAddNode, CUresult, DriverSymbol, (CUgraphNode*, node), (CUgraph, graph),
+     (const CUgraphNode*, deps), (size_t, count), (CUgraphNodeParams*, params)) {
+  NoteGraphNode(graph, params);
+  return real(node, graph, deps, count, params);
+}
+HOOK(cuGraphAddNode_v2, CUresult, DriverSymbol, (CUgraphNode*, node), (CUgraph, graph),
+     (const CUgraphNode*, deps), (const CUgraphEdgeData*, edges), (size_t, count),
+     (CUgraphNodeParams*, params)) {
+  NoteGraphNode(graph, params);
+  return real(node, graph, deps, edges, count, params);
+}
+HOOK(cuGraphMemcpyNodeSetParams, CUresult, DriverSymbol, (CUgraphNode, node),
+     (const CUDA_MEMCPY3D*, copy)) {
+  NoteGraphCopy(nullptr, copy);
+  return real(node, copy);
+}
+HOOK(cuGraphNodeSetParams, CUresult, DriverSymbol, (CUgraphNode, node), (CUgraphNodeParams*, params)) {
+  NoteGraphNode(nullptr, params);
+  return real(node, params);
+}
+HOOK(cuGraphExecMemcpyNodeSetParams, CUresult, DriverSymbol, (CUgraphExec, exec), (CUgraphNode, node),
+     (const CUDA_MEMCPY3D*, copy), (CUcontext, ctx)) {
+  NoteGraphCopy(exec, copy);
+  return real(exec, node, copy, ctx);
+}
+HOOK(cuGraphExecNodeSetParams, CUresult, DriverSymbol, (CUgraphExec, exec), (CUgraphNode, node),
+     (CUgraphNodeParams*, params)) {
+  NoteGraphNode(exec, params);
+  return real(exec, node, params);
+}
+HOOK(cuGraphAddChildGraphNode, CUresult, DriverSymbol, (CUgraphNode*, node), (CUgraph, graph),
+     (const CUgraphNode*, deps), (size_t, count), (CUgraph, child)) {
+  const CUresult result = real(node, graph, deps, count, child);
+  CopyGraphRanges(result, child, graph);
+  return result;
+}
+HOOK(cuGraphClone, CUresult, DriverSymbol, (CUgraph*, clone), (CUgraph, original)) {
+  const CUresult result = real(clone, original);
+  CopyGraphRanges(result, original, clone != nullptr ? *clone : nullptr);
+  return result;
+}
+HOOK(cuGraphInstantiateWithFlags, CUresult, DriverSymbol, (CUgraphExec*, exec), (CUgraph, graph),
+     (unsigned long long, flags)) {
+  BeforeGraphRuns(graph);
+  const CUresult result = real(exec, graph, flags);
+  CopyGraphRanges(result, graph, exec != nullptr ? *exec : nullptr);
+  return result;
+}
+#define INSTANTIATE_WITH_PARAMS_HOOK(NAME)                                                      \
+  HOOK(NAME, CUresult, DriverSymbol, (CUgraphExec*, exec), (CUgraph, graph),                    \
+       (CUDA_GRAPH_INSTANTIATE_PARAMS*, params)) {                                              \
+    BeforeGraphRuns(graph);                                                                     \
+    const CUresult result = real(exec, graph, params);                                          \
+    CopyGraphRanges(result, graph, exec != nullptr ? *exec : nullptr);                          \
+    return result;                                                                              \
+  }
+INSTANTIATE_WITH_PARAMS_HOOK(cuGraphInstantiateWithParams)
+INSTANTIATE_WITH_PARAMS_HOOK(cuGraphInstantiateWithParams_ptsz)
+HOOK(cuGraphExecUpdate_v2, CUresult, DriverSymbol, (CUgraphExec, exec), (CUgraph, graph),
+     (CUgraphExecUpdateResultInfo*, info)) {
+  const CUresult result = real(exec, graph, info);
+  CopyGraphRanges(result, graph, exec);
+  return result;
+}
+HOOK(cuGraphLaunch, CUresult, DriverSymbol, (CUgraphExec, exec), (CUstream, stream)) {
+  BeforeGraphRuns(exec);
+  return real(exec, stream);
+}
+HOOK(cuGraphLaunch_ptsz, CUresult, DriverSymbol, (CUgraphExec, exec), (CUstream, stream)) {
+  BeforeGraphRuns(exec);
+  return real(exec, stream);
+}
+HOOK(cuGraphDestroy, CUresult, DriverSymbol, (CUgraph, graph)) {
+  const CUresult result = real(graph);
+  ForgetGraph(result, graph);
+  return result;
+}
+HOOK(cuGraphExecDestroy, CUresult, DriverSymbol, (CUgraphExec, exec)) {
+  const CUresult result = real(exec);
+  ForgetGraph(result, exec);
+  return result;
 }
 
 // ---- runtime hooks (hooks_runtime.cc) join the same table ------------------
@@ -729,6 +940,26 @@ const HookEntry kHooks[] = {
     ENTRY_FOR(cuMemcpy3DBatchAsync_ptsz, "cuMemcpy3DBatchAsync", 12080, 12999, kPerThread),
     ENTRY_FOR(cuMemcpy3DBatchAsync_v2, "cuMemcpy3DBatchAsync", 13000, INT_MAX, kLegacy),
     ENTRY_FOR(cuMemcpy3DBatchAsync_v2_ptsz, "cuMemcpy3DBatchAsync", 13000, INT_MAX, kPerThread),
+    // ---- graphs
+    ENTRY(cuGraphAddMemcpyNode, "cuGraphAddMemcpyNode", 10000, INT_MAX),
+    ENTRY(cuGraphAddNode, "cuGraphAddNode", 12020, 12029),
+    ENTRY(cuGraphAddNode_v2, "cuGraphAddNode", 12030, INT_MAX),
+    ENTRY(cuGraphMemcpyNodeSetParams, "cuGraphMemcpyNodeSetParams", 10000, INT_MAX),
+    ENTRY(cuGraphNodeSetParams, "cuGraphNodeSetParams", 12020, INT_MAX),
+    ENTRY(cuGraphExecMemcpyNodeSetParams, "cuGraphExecMemcpyNodeSetParams", 10020, INT_MAX),
+    ENTRY(cuGraphExecNodeSetParams, "cuGraphExecNodeSetParams", 12020, INT_MAX),
+    ENTRY(cuGraphAddChildGraphNode, "cuGraphAddChildGraphNode", 10000, INT_MAX),
+    ENTRY(cuGraphClone, "cuGraphClone", 10000, INT_MAX),
+    ENTRY(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", 11040, INT_MAX),
+    ENTRY(cuGraphInstantiateWithFlags, "cuGraphInstantiate", 12000, INT_MAX),
+    ENTRY_FOR(cuGraphInstantiateWithParams, "cuGraphInstantiateWithParams", 12000, INT_MAX, kLegacy),
+    ENTRY_FOR(cuGraphInstantiateWithParams_ptsz, "cuGraphInstantiateWithParams", 12000, INT_MAX,
+              kPerThread),
+    ENTRY(cuGraphExecUpdate_v2, "cuGraphExecUpdate", 12000, INT_MAX),
+    ENTRY_FOR(cuGraphLaunch, "cuGraphLaunch", 10000, INT_MAX, kLegacy),
+    ENTRY_FOR(cuGraphLaunch_ptsz, "cuGraphLaunch", 10000, INT_MAX, kPerThread),
+    ENTRY(cuGraphDestroy, "cuGraphDestroy", 10000, INT_MAX),
+    ENTRY(cuGraphExecDestroy, "cuGraphExecDestroy", 10000, INT_MAX),
     // ---- stream capture
     ENTRY_FOR(cuStreamBeginCapture, "cuStreamBeginCapture", 0, 10009, kLegacy),
     ENTRY_FOR(cuStreamBeginCapture_ptsz, "cuStreamBeginCapture", 0, 10009, kPerThread),
