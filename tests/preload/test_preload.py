@@ -428,6 +428,36 @@ class PreloadTest(AppTestCase):
         self.assertEqual(run.out.strip(), "1")
 
 
+class GraphCopyTest(AppTestCase):
+    """A graph replaying copies of memory the program believes pageable
+    (unregistered, so deferred; or auto-pinned), launched behind a kernel
+    with its source overwritten right after the launch: the device gets what
+    it gets without lazypin, and a replayed device-to-host copy is as
+    complete on return, at every launch."""
+
+    def test_graph_copies_are_the_bare_ones(self):
+        sim = {"SIMCUDA_SLEEP": "1", "SIMCUDA_KERNEL_US": "30000"}
+        modes = (("bare", {}), ("log", {"LAZYPIN_MODE": "log"}),
+                 ("defer", {"LAZYPIN_MODE": "defer"}),
+                 ("autopin", {"LAZYPIN_MODE": "defer", "LAZYPIN_AUTOPIN": "1"}))
+        for build in ("capture", "explicit"):
+            for memory in ("unregistered", "copied"):
+                argv = [app("graphcopy_shared"), "--build", build, "--memory", memory,
+                        "--launches", "3"]
+                outs = {}
+                for mode, extra in modes:
+                    run = self.run_app(argv, shim=mode != "bare", **dict(sim, **extra))
+                    self.assertEqual(run.rc, 0, (mode, argv, run.err[-2000:]))
+                    self.assertIn("GRAPHCOPY done", run.out)
+                    outs[mode] = run.out
+                    pool = run.records[-1]["pool"] if run.records else {}
+                    if (mode, memory) in (("defer", "unregistered"), ("autopin", "copied")):
+                        self.assertGreater(pool["evictions"].get("graph", 0), 0, (argv, pool))
+                self.assertIn("h2d launch, d2h complete", outs["bare"], outs["bare"])
+                for mode in ("log", "defer", "autopin"):
+                    self.assertEqual(outs[mode], outs["bare"], (mode, argv))
+
+
 class CaptureReleaseTest(AppTestCase):
     """testapps/capture.cu on the simulated stack: a global-mode capture on the
     main thread while another thread frees and munmaps pooled memory. The capture
