@@ -369,7 +369,24 @@ class PreloadTest(AppTestCase):
                    "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuMemcpy", "cuMemcpy2D_v2",
                    "cuMemcpy2DUnaligned_v2", "cuMemcpy3D_v2", "cuMemcpyHtoD_v2_ptds",
                    "cuMemcpyDtoH_v2_ptds", "cuMemcpy_ptds", "cuMemcpy2D_v2_ptds",
-                   "cuMemcpy2DUnaligned_v2_ptds", "cuMemcpy3D_v2_ptds"}
+                   "cuMemcpy2DUnaligned_v2_ptds", "cuMemcpy3D_v2_ptds",
+                   # copies guarded for the kernel watch's changes only
+                   "cuMemcpyHtoA_v2", "cuMemcpyAtoH_v2", "cuMemcpy3DPeer",
+                   "cuMemcpyHtoA_v2_ptds", "cuMemcpyAtoH_v2_ptds", "cuMemcpy3DPeer_ptds",
+                   "cuMemcpyHtoAAsync_v2", "cuMemcpyAtoHAsync_v2", "cuMemcpy3DPeerAsync",
+                   "cuMemcpyHtoAAsync_v2_ptsz", "cuMemcpyAtoHAsync_v2_ptsz",
+                   "cuMemcpy3DPeerAsync_ptsz", "cuMemcpyBatchAsync", "cuMemcpyBatchAsync_ptsz",
+                   "cuMemcpyBatchAsync_v2", "cuMemcpyBatchAsync_v2_ptsz", "cuMemcpy3DBatchAsync",
+                   "cuMemcpy3DBatchAsync_ptsz", "cuMemcpy3DBatchAsync_v2",
+                   "cuMemcpy3DBatchAsync_v2_ptsz",
+                   # graphs: memcpy nodes' host ranges, released before use
+                   "cuGraphAddMemcpyNode", "cuGraphAddNode", "cuGraphAddNode_v2",
+                   "cuGraphMemcpyNodeSetParams", "cuGraphNodeSetParams",
+                   "cuGraphExecMemcpyNodeSetParams", "cuGraphExecNodeSetParams",
+                   "cuGraphAddChildGraphNode", "cuGraphClone", "cuGraphInstantiateWithFlags",
+                   "cuGraphInstantiateWithParams", "cuGraphInstantiateWithParams_ptsz",
+                   "cuGraphExecUpdate_v2", "cuGraphLaunch", "cuGraphLaunch_ptsz",
+                   "cuGraphDestroy", "cuGraphExecDestroy"}
         self.assertEqual(names, allowed)
         # Preloaded into every process of a tree: it needs only libc (and the
         # dynamic linker, loaded in every process anyway), and has no run path.
