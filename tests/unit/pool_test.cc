@@ -2,7 +2,11 @@
 // that keeps the driver's semantics (driver_model.h) and logs every call in order.
 #include "pool.h"
 
+#include <atomic>
+#include <chrono>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -645,4 +649,60 @@ TEST(PoolNamesTest, EveryReasonAndActionHasItsLogName) {
 }
 
 }  // namespace
+// A copy waits for another thread's eviction of the memory it copies: the
+// collector's Drain took the watch's event and unregisters (slowly); the
+// copy's own Drain then finds nothing, but the driver still holds that
+// registration until the unregister returns.
+class SlowUnregisterDriver final : public PoolDriver {
+ public:
+  int Unregister(uintptr_t ptr, Context, ReleaseWait*) override {
+    entered.store(true);
+    while (!release.load()) std::this_thread::yield();
+    done.store(true);
+    return model.Unregister(ptr);
+  }
+  bool ReadFrames(uintptr_t, size_t, std::vector<uint64_t>*) override { return false; }
+  int64_t NowNs() override { return 0; }
+  void DrainChanges(absl::FunctionRef<void(uintptr_t, uintptr_t)> changed) override {
+    std::vector<std::pair<uintptr_t, uintptr_t>> taken;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      taken.swap(changes);
+    }
+    for (auto [lo, hi] : taken) changed(lo, hi);
+  }
+  DriverModel model;
+  std::mutex mu;
+  std::vector<std::pair<uintptr_t, uintptr_t>> changes;
+  std::atomic<bool> entered{false}, release{false}, done{false};
+};
+
+TEST(PoolCopyTest, ACopyWaitsForAnEvictionOfItsMemoryInProgress) {
+  SlowUnregisterDriver driver;
+  FakeObserver observer;
+  Pool pool(&driver, &observer, PoolLimits{});
+  const RegisterRequest req{kA, 4 * kPage, 0, kCtx1, 0};
+  ASSERT_EQ(pool.Register(req, [&] { return driver.model.Register(kA, 4 * kPage, 0, kCtx1); }).result, 0);
+  ASSERT_EQ(pool.Unregister(kA, [&] { return driver.model.Unregister(kA); }).action, Action::kDeferred);
+  {
+    std::lock_guard<std::mutex> lock(driver.mu);
+    driver.changes.push_back({kA + kPage, kA + 2 * kPage});  // a raw munmap, say
+  }
+  std::thread collector([&] { pool.ApplyPageChanges(); });
+  while (!driver.entered.load()) std::this_thread::yield();
+  std::atomic<bool> copied{false};
+  std::thread copy([&] {
+    pool.BeforeCopy(kA, kA + 4 * kPage);
+    EXPECT_TRUE(driver.done.load()) << "the copy went ahead while the driver held the registration";
+    copied.store(true);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(copied.load());
+  driver.release.store(true);
+  copy.join();
+  collector.join();
+  EXPECT_TRUE(copied.load());
+  EXPECT_EQ(observer.evicts, std::vector<std::string>{"watch 0x100000 0"});
+}
+
 }  // namespace lazypin
