@@ -648,7 +648,11 @@ uint64_t CaptureKey(CUstream stream, bool ptsz) {
 }
 
 uint64_t RecordingCapture(CUstream stream) {
-  if (!Captures().Any() || t_state.inside) return 0;
+  // The legacy stream is never captured (and is not asked: during a capture
+  // the driver may call that an implicit synchronization).
+  if (!Captures().Any() || t_state.inside || stream == nullptr || stream == CU_STREAM_LEGACY) {
+    return 0;
+  }
   auto is_capturing = g_is_capturing[0].Get(&real::Driver, "cuStreamIsCapturing");
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   if (is_capturing == nullptr || is_capturing(stream, &status) != CUDA_SUCCESS ||
