@@ -770,7 +770,7 @@ void NoteGraphNode(const void* owner, const CUgraphNodeParams* params) {
 void BeforeGraphRuns(const void* owner) {
   if (!Graphs().Any() || t_state.inside) return;
   Dispatch* dispatch = DeferringDispatch();
-  if (dispatch == nullptr) return;
+  if (dispatch == nullptr || dispatch->pool()->Empty()) return;  // nothing deferred anywhere
   std::vector<GraphRanges::Range> ranges;
   {
     ScopedInsideLazypin inside;
