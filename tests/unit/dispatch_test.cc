@@ -1,4 +1,4 @@
-// Dispatch (shim/dispatch.h) with no hooks and no CUDA: a fake environment
+// Dispatch (shim/core/dispatch.h) with no hooks and no CUDA: a fake environment
 // (clock, current context, record sink), the driver model as the driver,
 // and a fake "cudart" that calls the driver level the way the real one does.
 // Checks where each call is decided, that cudart's answer is what the program

@@ -1,4 +1,4 @@
-// Focused tests of each rule of the pool (shim/pool.h), against a fake driver
+// Focused tests of each rule of the pool (shim/core/pool.h), against a fake driver
 // that keeps the driver's semantics (driver_model.h) and logs every call in order.
 #include "pool.h"
 

@@ -1,5 +1,9 @@
-// shim: wiring and lifecycle (see shim.h).
-#include "shim.h"
+// shim: the one object that wires configuration, log, stats, pool, dispatch
+// and the memory guard, and owns the process lifecycle: set-up when CUDA sets
+// up (the driver's getter) or in the program's first registration call, exit,
+// fork, SIGTERM/SIGINT. It publishes what it set up as the ShimState
+// (core/state.h) that the hooks read; nothing else calls into it.
+// A program that never calls CUDA pays nothing.
 
 #include <errno.h>
 #include <fcntl.h>
