@@ -347,7 +347,7 @@ def table(headers, rows, indent="  ", left=(0,)):
 # --------------------------------------------------------------------------
 # reading logs, streamed
 
-# The shim's own record layout (shim/runtime/shim.cc), read without json: a line that
+# The shim's own record layout (shim/telemetry/records.cc), read without json: a line that
 # does not match exactly (other field order, escapes, unknown fields) goes
 # through json.loads, with the same result.
 CALL_RE = re.compile(
