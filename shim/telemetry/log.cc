@@ -23,6 +23,7 @@
 
 #include "fmt/format.h"
 #include "json.h"
+#include "seccomp.h"
 #include "sys.h"
 #include "thread_state.h"
 
@@ -147,7 +148,7 @@ long OpenAt2NoSymlinks(const char* dir) {
 int OpenDirectory(const std::string& path, std::string_view dir, std::string_view name,
                   LogPathResolver resolver, std::string* message) {
   if (dir.empty()) return AT_FDCWD;
-  if (resolver == LogPathResolver::kAuto) {
+  if (resolver == LogPathResolver::kAuto && !SeccompFiltered()) {  // openat2 may be forbidden
     const long fd = OpenAt2NoSymlinks(std::string(dir).c_str());
     if (fd >= 0) return static_cast<int>(fd);
     // Any failure (no openat2, seccomp's EPERM, a link, a missing directory):
