@@ -35,9 +35,10 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "descriptors.h"
 #include "pages.h"
-#include "sys.h"
 #include "seccomp.h"
+#include "sys.h"
 #include "thread_state.h"
 
 #ifndef UFFD_USER_MODE_ONLY
@@ -80,7 +81,7 @@ int OpenUserfaultfd(std::string* why) {
       close(dev);
     }
   }
-  if (fd >= 0) return fd;
+  if (fd >= 0) return MoveFdHigh(fd);  // out of the program's way (descriptors.h)
   char line[512];
   snprintf(line, sizeof line,
            "userfaultfd refused: syscall(user-mode-only): %s, syscall: %s, /dev/userfaultfd: %s "

@@ -22,6 +22,7 @@
 #include <system_error>
 
 #include "fmt/format.h"
+#include "descriptors.h"
 #include "json.h"
 #include "seccomp.h"
 #include "sys.h"
@@ -255,7 +256,7 @@ CreatedLogFile CreateLogFile(const std::string& path, LogPathResolver resolver) 
                               "a log file", Shown(used_path));
     return out;
   }
-  out.fd = fd;
+  out.fd = MoveFdHigh(fd);  // out of the program's way (descriptors.h)
   out.path = used_path;
   if (used != name) {
     out.message = fmt::format("lazypin: LAZYPIN_LOG={} exists (lazypin never overwrites a file); "
