@@ -136,31 +136,38 @@ void FiberCapture() {
   swapcontext(&g_fiber, &g_main);
 }
 
+// Runs FiberCapture on a fresh 64 KiB stack below a guard page, its return
+// address `bogus` (at the stack's last word when `at_top`); returns the frames.
+char* g_map = nullptr;
+constexpr size_t kFiberBytes = 64 << 10;
+__attribute__((noinline)) size_t WalkOnFiber(uintptr_t bogus, bool at_top) {
+  g_map = static_cast<char*>(mmap(nullptr, kFiberBytes + 4096, PROT_READ | PROT_WRITE,
+                                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  if (g_map == MAP_FAILED || mprotect(g_map + kFiberBytes, 4096, PROT_NONE) != 0) return 0;
+  getcontext(&g_fiber);
+  g_fiber.uc_stack.ss_sp = g_map;
+  g_fiber.uc_stack.ss_size = kFiberBytes;
+  g_fiber.uc_link = nullptr;
+  makecontext(&g_fiber, FiberCapture, 0);
+  auto* ret = reinterpret_cast<uintptr_t*>(g_fiber.uc_mcontext.gregs[REG_RSP]);
+  if (at_top) {  // the bogus frame's stack pointer is the guard page
+    ret = reinterpret_cast<uintptr_t*>(g_map + kFiberBytes) - 1;
+    g_fiber.uc_mcontext.gregs[REG_RSP] = reinterpret_cast<greg_t>(ret);
+  }
+  *ret = bogus;
+  g_fiber_frames = 0;
+  swapcontext(&g_main, &g_fiber);
+  munmap(g_map, kFiberBytes + 4096);
+  return g_fiber_frames;
+}
+
 TEST(CallSitesTest, AFiberWithABogusReturnAddressEndsTheWalk) {
-  const size_t bytes = 64 << 10;
-  for (uintptr_t bogus : {uintptr_t{0x1234}, reinterpret_cast<uintptr_t>(&printf) + 9,
-                          ~uintptr_t{0} - 7}) {
+  const uintptr_t bogus[] = {0x1234, reinterpret_cast<uintptr_t>(&printf) + 9, ~uintptr_t{0} - 7};
+  for (uintptr_t address : bogus) {
     for (bool at_top : {false, true}) {
-      char* map = static_cast<char*>(mmap(nullptr, bytes + 4096, PROT_READ | PROT_WRITE,
-                                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-      ASSERT_NE(map, MAP_FAILED);
-      ASSERT_EQ(mprotect(map + bytes, 4096, PROT_NONE), 0);
-      getcontext(&g_fiber);
-      g_fiber.uc_stack.ss_sp = map;
-      g_fiber.uc_stack.ss_size = bytes;
-      g_fiber.uc_link = nullptr;
-      makecontext(&g_fiber, FiberCapture, 0);
-      auto* ret = reinterpret_cast<uintptr_t*>(g_fiber.uc_mcontext.gregs[REG_RSP]);
-      if (at_top) {  // the bogus frame's stack pointer is the guard page
-        ret = reinterpret_cast<uintptr_t*>(map + bytes) - 1;
-        g_fiber.uc_mcontext.gregs[REG_RSP] = reinterpret_cast<greg_t>(ret);
-      }
-      *ret = bogus;
-      g_fiber_frames = 0;
-      swapcontext(&g_main, &g_fiber);
-      EXPECT_GE(g_fiber_frames, 1u);
-      EXPECT_LE(g_fiber_frames, 4u) << "the fiber's own frames, then the bogus one at most";
-      munmap(map, bytes + 4096);
+      const size_t frames = WalkOnFiber(address, at_top);
+      EXPECT_GE(frames, 1u) << std::hex << address << " " << at_top;
+      EXPECT_LE(frames, 4u) << "the fiber's own frames, then the bogus one at most";
     }
   }
 }
