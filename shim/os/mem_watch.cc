@@ -191,7 +191,7 @@ MemWatch::~MemWatch() {
   // descriptor is held for that): a page watched and unmapped here, whose
   // event whoever reads it turns into stop_ (munmap returns once it is read,
   // so the reader is still there to read it). If the page cannot be had,
-  // stop_ is set directly and the reader's poll times out within a second.
+  // stop_ is set directly and the reader's poll times out within 10 s.
   bool told = false;
   void* page = mmap(nullptr, PageSize(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (page != MAP_FAILED) {
@@ -220,7 +220,9 @@ void MemWatch::ReaderLoop() {
   ScopedInsideLazypin inside;  // nothing it calls is lazypin's to intercept
   struct pollfd fds[1] = {{fd_, POLLIN, 0}};
   for (;;) {
-    const int r = poll(fds, 1, 1000);  // the timeout matters only when stopping (see ~MemWatch)
+    // The timeout matters only to a destructor that could not map its page
+    // (see ~MemWatch); otherwise an idle reader wakes every 10 s for nothing.
+    const int r = poll(fds, 1, 10000);
     if (stop_.load(std::memory_order_acquire)) return;
     if (r < 0) continue;  // EINTR (signals are blocked here) or ENOMEM: poll again
     if (fds[0].revents & POLLIN) {
