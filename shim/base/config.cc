@@ -207,7 +207,8 @@ const Option kOptions[] = {
      [](const Config& c) { return JsonBool(c.release_at_exit); }},
     {"LAZYPIN_WATCH", "watch", "auto", "auto", "auto, kernel or hooks",
      "how lazypin sees pages change: the kernel watch (userfaultfd) behind the hooks where the "
-     "kernel allows it (auto), required (kernel: else nothing is deferred), or the hooks alone",
+     "kernel allows it and no seccomp filter is in force (auto), required (kernel: tried under a "
+     "seccomp filter too, else nothing is deferred), or the hooks alone",
      [](std::string_view t, uint64_t, Config* c) { return Store(ParseWatchMode(t), &c->watch); },
      [](const Config& c) { return fmt::format("\"{}\"", WatchModeName(c.watch)); }},
     {"LAZYPIN_DEFER_SHARED", "defer_shared", "0", "0", "0 or 1",
@@ -230,8 +231,9 @@ const Option kOptions[] = {
      [](const Config& c) { return fmt::format("\"{}\"", StackModeName(c.stacks)); }},
     {"LAZYPIN_PREFAULT", "prefault", "4", "4", "a whole number from 0 to 16",
      "defer mode: the threads that fault in the pages of a first register of 64 MiB or more of "
-     "private anonymous memory before the driver pins them (contents unchanged; 2.3-2.7x faster "
-     "with 4 on the H200); 0 or 1: the driver faults them in alone",
+     "private anonymous memory, mapped readable and writable, before the driver pins them "
+     "(contents unchanged; 2.3-2.7x faster with 4 on the H200; never under a seccomp filter); "
+     "0 or 1: the driver faults them in alone",
      [](std::string_view t, uint64_t, Config* c) {
        return Store(ParseCount(t, 16), &c->prefault_threads);
      },

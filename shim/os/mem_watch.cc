@@ -27,7 +27,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -36,7 +35,9 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "descriptors.h"
 #include "pages.h"
+#include "seccomp.h"
 #include "sys.h"
 #include "thread_state.h"
 
@@ -57,17 +58,6 @@ long SysctlValue(const char* path, long fallback) {
   char buf[64];
   if (!ReadSmallFile(path, buf, sizeof buf)) return fallback;
   return strtol(buf, nullptr, 10);
-}
-
-// "0" (none), "1" (strict), "2" (filter), or "?".
-char SeccompMode() {
-  char buf[4096];
-  if (!ReadSmallFile("/proc/self/status", buf, sizeof buf)) return '?';
-  const char* s = strstr(buf, "\nSeccomp:");
-  if (s == nullptr) return '?';
-  s += strlen("\nSeccomp:");
-  while (*s == ' ' || *s == '\t') ++s;
-  return *s ? *s : '?';
 }
 
 // A userfaultfd, or -1 with *why. Tries the user-mode-only system call (open
@@ -91,15 +81,15 @@ int OpenUserfaultfd(std::string* why) {
       close(dev);
     }
   }
-  if (fd >= 0) return fd;
+  if (fd >= 0) return MoveFdHigh(fd);  // out of the program's way (descriptors.h)
   char line[512];
   snprintf(line, sizeof line,
            "userfaultfd refused: syscall(user-mode-only): %s, syscall: %s, /dev/userfaultfd: %s "
-           "(vm.unprivileged_userfaultfd=%ld; seccomp mode %c%s)",
+           "(vm.unprivileged_userfaultfd=%ld; %s%s)",
            strerrorname_np(err_user) ? strerrorname_np(err_user) : "?",
            strerrorname_np(err_plain) ? strerrorname_np(err_plain) : "?",
            strerrorname_np(err_dev) ? strerrorname_np(err_dev) : "?",
-           SysctlValue("/proc/sys/vm/unprivileged_userfaultfd", -1), SeccompMode(),
+           SysctlValue("/proc/sys/vm/unprivileged_userfaultfd", -1), SeccompStatusText().c_str(),
            err_user == ENOSYS ? "; ENOSYS: no userfaultfd in this kernel, or a seccomp profile "
                                 "answers ENOSYS"
                               : "");
@@ -128,6 +118,12 @@ const char* WatchRefusalName(WatchRefusal refusal) {
 }
 
 std::unique_ptr<MemWatch> MemWatch::Open(std::string* why, MemWatchOptions options) {
+  if (!options.under_seccomp && SeccompFiltered()) {
+    *why = "a seccomp filter is in force (" + SeccompStatusText() +
+           "): lazypin calls neither userfaultfd nor its other optional system calls (the "
+           "prefault threads'), which it may forbid; LAZYPIN_WATCH=kernel tries userfaultfd";
+    return nullptr;
+  }
   const int fd = OpenUserfaultfd(why);
   if (fd < 0) return nullptr;
   struct uffdio_api api = {};
@@ -159,24 +155,17 @@ std::unique_ptr<MemWatch> MemWatch::Open(std::string* why, MemWatchOptions optio
   ioctl(fd, UFFDIO_UNREGISTER, &range);
   munmap(page, PageSize());
 
-  const int stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (stop_fd < 0) {
-    *why = std::string("userfaultfd: eventfd failed: ") + strerror(errno);
-    close(fd);
-    return nullptr;
-  }
   size_t max_runs = options.max_ranges;
   if (max_runs == 0) {
     max_runs = static_cast<size_t>(SysctlValue("/proc/sys/vm/max_map_count", 65530)) / 8;
   }
   if (max_runs < 4) max_runs = 4;
   if (options.ring_capacity < 16) options.ring_capacity = 16;
-  return std::unique_ptr<MemWatch>(new MemWatch(fd, stop_fd, options, max_runs));
+  return std::unique_ptr<MemWatch>(new MemWatch(fd, options, max_runs));
 }
 
-MemWatch::MemWatch(int fd, int stop_fd, MemWatchOptions options, size_t max_runs)
+MemWatch::MemWatch(int fd, MemWatchOptions options, size_t max_runs)
     : fd_(fd),
-      stop_fd_(stop_fd),
       max_runs_(max_runs),
       ring_(new Event[options.ring_capacity]),
       ring_capacity_(options.ring_capacity) {
@@ -198,13 +187,24 @@ MemWatch::~MemWatch() {
     runs_.clear();
     PublishRunsLocked();
   }
-  const uint64_t one = 1;
-  if (write(stop_fd_, &one, sizeof one) < 0) {
-    // An eventfd write fails only on overflow, which one write cannot reach.
+  // The reader is told to stop by an event on its own descriptor (no other
+  // descriptor is held for that): a page watched and unmapped here, whose
+  // event whoever reads it turns into stop_ (munmap returns once it is read,
+  // so the reader is still there to read it). If the page cannot be had,
+  // stop_ is set directly and the reader's poll times out within 10 s.
+  bool told = false;
+  void* page = mmap(nullptr, PageSize(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (page != MAP_FAILED) {
+    const uintptr_t p = reinterpret_cast<uintptr_t>(page);
+    if (RegisterWp(fd_, p, p + PageSize())) {
+      stop_page_.store(p, std::memory_order_release);
+      told = true;
+    }
+    munmap(page, PageSize());
   }
+  if (!told) stop_.store(true, std::memory_order_release);
   if (reader_.joinable()) reader_.join();
   close(fd_);  // releases any thread still waiting on an unread event
-  close(stop_fd_);
 }
 
 void MemWatch::AbandonAfterFork() {
@@ -213,20 +213,22 @@ void MemWatch::AbandonAfterFork() {
   // Closing drops only this process's reference to the parent's descriptor,
   // so that it never keeps the parent's registrations alive (no ioctl).
   close(fd_);
-  close(stop_fd_);
-  fd_ = stop_fd_ = -1;
+  fd_ = -1;
 }
 
 void MemWatch::ReaderLoop() {
   ScopedInsideLazypin inside;  // nothing it calls is lazypin's to intercept
-  struct pollfd fds[2] = {{fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
+  struct pollfd fds[1] = {{fd_, POLLIN, 0}};
   for (;;) {
-    const int r = poll(fds, 2, -1);
+    // The timeout matters only to a destructor that could not map its page
+    // (see ~MemWatch); otherwise an idle reader wakes every 10 s for nothing.
+    const int r = poll(fds, 1, 10000);
+    if (stop_.load(std::memory_order_acquire)) return;
     if (r < 0) continue;  // EINTR (signals are blocked here) or ENOMEM: poll again
-    if (fds[1].revents != 0) return;
     if (fds[0].revents & POLLIN) {
       std::lock_guard<std::mutex> lock(read_mu_);
       ReadAndPushLocked();
+      if (stop_.load(std::memory_order_acquire)) return;
     } else if (fds[0].revents != 0) {
       usleep(1000);  // POLLERR/POLLHUP never expected on an initialized descriptor: do not spin
     }
@@ -247,6 +249,9 @@ void MemWatch::ReadAndPushLocked() {
         case UFFD_EVENT_UNMAP:
           e.lo = m.arg.remove.start;
           e.hi = m.arg.remove.end;
+          if (e.lo != 0 && e.lo == stop_page_.load(std::memory_order_acquire)) {
+            stop_.store(true, std::memory_order_release);  // the destructor's word
+          }
           break;
         case UFFD_EVENT_REMOVE:
           e.lo = m.arg.remove.start;

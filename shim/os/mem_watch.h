@@ -53,6 +53,9 @@ struct MemWatchOptions {
   size_t max_ranges = 0;
   // Events the ring holds before "everything is dirty".
   size_t ring_capacity = 4096;
+  // Calls userfaultfd even where a seccomp filter may be in force (which may
+  // kill the process for it); else Open says no there (seccomp.h).
+  bool under_seccomp = false;
 };
 
 struct MemWatchCounters {
@@ -111,7 +114,7 @@ class MemWatch {
     uint32_t count;
   };
 
-  MemWatch(int fd, int stop_fd, MemWatchOptions options, size_t max_runs);
+  MemWatch(int fd, MemWatchOptions options, size_t max_runs);
   void ReaderLoop();
   // Reads every queued message without blocking and pushes the events.
   void ReadAndPushLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_);
@@ -125,8 +128,9 @@ class MemWatch {
   void Unregister(uintptr_t lo, uintptr_t hi);
   void PublishRunsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  int fd_;
-  int stop_fd_;  // an eventfd: wakes the reader to stop
+  int fd_;  // the one descriptor the watch holds
+  std::atomic<uintptr_t> stop_page_{0};  // the destructor's page: its unmap event sets stop_
+  std::atomic<bool> stop_{false};          // the reader returns
   const size_t max_runs_;
 
   // Ring: single producer (whoever holds read_mu_), single consumer

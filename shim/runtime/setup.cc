@@ -13,6 +13,7 @@
 #include "memory_limit.h"
 #include "pfn.h"
 #include "records.h"
+#include "seccomp.h"
 #include "shim.h"
 #include "sys.h"
 #include "thread_state.h"
@@ -31,6 +32,7 @@ constexpr const char* kVersion = "0.1.0";
 // thread, which creates the file and writes the header once the first record
 // is there (records are kept in memory until then).
 void Shim::Init() {
+  SeccompFiltered();  // before any optional system call (seccomp.h)
   process_.Mark();
   start_mono_ns_ = MonotonicNs();
   start_unix_ns_ = UnixNs();
@@ -152,7 +154,10 @@ bool Shim::OpenWatch() {
     watch_reason_ = "LAZYPIN_WATCH=hooks";
     return true;
   }
-  watch_ = MemWatch::Open(&watch_reason_);
+  MemWatchOptions options;
+  options.under_seccomp = config_.watch == WatchMode::kKernel;  // asked for: tried
+  watch_ = MemWatch::Open(&watch_reason_, options);
+  if (watch_ == nullptr && SeccompFilterSeen()) TakeSeccompNotice();  // said by watch_reason_
   return watch_ != nullptr || config_.watch == WatchMode::kAuto;
 }
 

@@ -22,7 +22,9 @@
 #include <system_error>
 
 #include "fmt/format.h"
+#include "descriptors.h"
 #include "json.h"
+#include "seccomp.h"
 #include "sys.h"
 #include "thread_state.h"
 
@@ -147,7 +149,7 @@ long OpenAt2NoSymlinks(const char* dir) {
 int OpenDirectory(const std::string& path, std::string_view dir, std::string_view name,
                   LogPathResolver resolver, std::string* message) {
   if (dir.empty()) return AT_FDCWD;
-  if (resolver == LogPathResolver::kAuto) {
+  if (resolver == LogPathResolver::kAuto && !SeccompFiltered()) {  // openat2 may be forbidden
     const long fd = OpenAt2NoSymlinks(std::string(dir).c_str());
     if (fd >= 0) return static_cast<int>(fd);
     // Any failure (no openat2, seccomp's EPERM, a link, a missing directory):
@@ -254,7 +256,7 @@ CreatedLogFile CreateLogFile(const std::string& path, LogPathResolver resolver) 
                               "a log file", Shown(used_path));
     return out;
   }
-  out.fd = fd;
+  out.fd = MoveFdHigh(fd);  // out of the program's way (descriptors.h)
   out.path = used_path;
   if (used != name) {
     out.message = fmt::format("lazypin: LAZYPIN_LOG={} exists (lazypin never overwrites a file); "
