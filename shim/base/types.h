@@ -42,6 +42,7 @@ enum class EvictReason {
   kMadvise, kBrk, kShmdt, kShmat, kContext, kPfn, kExit, kWatch, kFork, kMprotect,
   kDoubleFree,  // the host-allocation cache: a second free of a cached block
   kFlags,       // the host-allocation cache: an allocation with other flags (see Alloc)
+  kPressure,    // kept memory yields to the program's demand (memory_budget.h)
   kCount  // number of reasons
 };
 const char* EvictReasonName(EvictReason reason);
