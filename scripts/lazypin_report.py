@@ -46,7 +46,7 @@ RESULT_NAMES = {0: "success", 1: "invalid value", 2: "out of memory",
 
 EVICT_REASONS = ("lru", "idle", "overlap", "make_room", "query", "free", "realloc",
                  "munmap", "mremap", "mmap_fixed", "madvise", "brk", "shmdt",
-                 "shmat", "context", "pfn", "exit")
+                 "shmat", "context", "pfn", "exit", "pressure")
 # evictions because the memory left the process (the program freed it)
 FREE_REASONS = ("free", "realloc", "munmap", "mremap", "mmap_fixed", "madvise", "brk", "shmdt")
 
@@ -1316,6 +1316,24 @@ def advise(logs, procs, pool):
                                          fmt_ns(gap)),
             "keep pooled memory longer than the program's pauses",
             {"LAZYPIN_IDLE_MS": str(max(nice_ms(2 * gap / 1e6), 2 * idle_now))}, pids_with("idle_reuse"))
+
+    # kept memory given back because the program needed it (memory_budget.h)
+    pressure_pids = {}
+    for log in logs:
+        k = sum(g.n for key, g in log.egroups.items() if key[0] == "pressure") + \
+            log.host_releases.get("pressure", 0)
+        every = sum(g.n for g in log.egroups.values()) + sum(log.host_releases.values())
+        if k and 2 * k >= every:  # most of lazypin's releases were for pressure
+            pressure_pids[log.pid] = k
+    if pressure_pids:
+        n = sum(pressure_pids.values())
+        add("pressure",
+            "%d of lazypin's releases (most) were for memory pressure: memory lazypin kept for later (freed pinned host "
+            "blocks, parked freed blocks) was needed by the program (its headroom fell under "
+            "LAZYPIN_KEEP_MARGIN)" % n,
+            "keep less: a smaller host-allocation cache and reuse bound leave the program "
+            "its memory without a release each time",
+            {"LAZYPIN_HOST_ALLOC_CACHE": "5%", "LAZYPIN_REUSE_FREED": "2%"}, list(pressure_pids))
 
     def reason_calls(reason):
         per = {}

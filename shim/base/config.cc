@@ -296,6 +296,17 @@ const Option kOptions[] = {
        return Store(ParseSize(t, ram), &c->reuse_freed);
      },
      [](const Config& c) { return std::to_string(c.reuse_freed); }},
+    {"LAZYPIN_KEEP_MARGIN", "keep_margin", "256M", "256M",
+     "a size as LAZYPIN_POOL_BYTES accepts",
+     "defer mode: memory the program gave back that lazypin keeps (host blocks it freed, "
+     "parked freed blocks) yields to the program: nothing is kept while its headroom (the "
+     "memory cgroup's limit less its usage, or the machine's available memory when less) is "
+     "under this, kept memory is released, oldest first, when the headroom falls under it or "
+     "an allocation of 1 MiB or more would take it there, and idle deferred registrations too",
+     [](std::string_view t, uint64_t ram, Config* c) {
+       return Store(ParseSize(t, ram), &c->keep_margin);
+     },
+     [](const Config& c) { return std::to_string(c.keep_margin); }},
 };
 const size_t kOptionCount = sizeof(kOptions) / sizeof(kOptions[0]);
 

@@ -49,6 +49,7 @@ struct Config {
   uint64_t autopin_bytes = 0;     // bound on the bytes auto-pinned at once
   int64_t autopin_after = 0;      // pin at this copy of a range
   uint64_t reuse_freed = 0;       // bytes of freed blocks kept registered for reuse; 0: off
+  uint64_t keep_margin = 0;       // headroom kept free for the program while lazypin keeps memory
 };
 
 // One row per LAZYPIN_* variable of the shim: the one place that names it,

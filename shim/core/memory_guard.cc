@@ -6,6 +6,7 @@
 
 #include "collector.h"
 #include "glibc_blocks.h"
+#include "memory_budget.h"
 #include "pages.h"
 #include "thread_state.h"
 
@@ -91,6 +92,14 @@ bool MemoryGuard::ReleaseParkedForAllocation() const {
   if (!reuse_ || collector_ == nullptr || t_state.inside > 0 || LeftProcess()) return false;
   constexpr int64_t kWaitMs = 2000;
   return collector_->ReleaseParked(kWaitMs);
+}
+
+void MemoryGuard::MakeRoomFor(size_t bytes) const {
+  if (budget_ == nullptr || collector_ == nullptr || t_state.inside > 0 || LeftProcess()) return;
+  if (bytes >= (~size_t{0} >> 2)) return;  // no release makes that fit
+  if (const uint64_t headroom = budget_->Announce(bytes); headroom != 0) {
+    collector_->MakeRoom(headroom, kMakeRoomWaitMs);
+  }
 }
 
 void* MemoryGuard::Serve(size_t bytes, size_t align) const {

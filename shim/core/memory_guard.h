@@ -21,6 +21,7 @@
 namespace lazypin {
 
 class Collector;
+class MemoryBudget;
 
 class MemoryGuard {
  public:
@@ -34,10 +35,12 @@ class MemoryGuard {
   // lazypin keeps; memory leaving over one frees it first (Leaving).
   // `reuse`: freed malloc'd blocks come back (Pool::Park, Serve); the pool
   // must have EnableReuse'd.
+  // `budget` (may be null): kept memory yields to allocations (MakeRoomFor).
   MemoryGuard(Pool* pool, Collector* collector, ProcessCheck left_process = nullptr,
-              HostAllocCache* host_cache = nullptr, bool reuse = false)
+              HostAllocCache* host_cache = nullptr, bool reuse = false,
+              MemoryBudget* budget = nullptr)
       : pool_(pool), collector_(collector), left_process_(left_process), host_cache_(host_cache),
-        reuse_(reuse) {}
+        reuse_(reuse), budget_(budget) {}
 
   // Cheap and lock-free: false means the pool holds no entry (in use or
   // deferred) and the host-allocation cache keeps no block, and every call
@@ -74,6 +77,13 @@ class MemoryGuard {
   // lazypin's code; never calls the driver on the caller's thread (it may
   // be inside the driver).
   bool ReleaseParkedForAllocation() const;
+  // The program is about to allocate `bytes` (and touch them) while lazypin
+  // keeps memory it gave back: when the headroom does not cover them and the
+  // margin (MemoryBudget::Announce), has the collector release kept memory
+  // first and waits for that (at most kMakeRoomWaitMs). Never on a thread
+  // inside lazypin's code, never calls the driver on the caller's thread.
+  void MakeRoomFor(size_t bytes) const;
+  static constexpr int64_t kMakeRoomWaitMs = 1000;
 
  private:
   bool LeftProcess() const { return left_process_ != nullptr && left_process_(); }
@@ -84,6 +94,7 @@ class MemoryGuard {
   const ProcessCheck left_process_;
   HostAllocCache* const host_cache_;
   const bool reuse_;
+  MemoryBudget* const budget_;
 };
 
 }  // namespace lazypin

@@ -8,6 +8,7 @@
 
 #include "absl/types/span.h"
 #include "fmt/format.h"
+#include "memory_budget.h"
 #include "pages.h"
 
 namespace lazypin {
@@ -155,6 +156,7 @@ bool Pool::Park(uintptr_t block, size_t usable) {
   if (!ReuseEnabled() || abandoned_.load(std::memory_order_relaxed) || Empty() || usable == 0) {
     return false;
   }
+  if (reuse_.budget != nullptr && !reuse_.budget->MayKeep()) return false;
   const uintptr_t hi = RangeEnd(block, usable);
   std::lock_guard<std::mutex> lock(mu_);
   if (!RangeQuiet(PageFloor(block), PageCeil(hi))) return false;  // never wait here (a handler)
@@ -676,7 +678,7 @@ int Pool::DropDevice(int device, bool forget_in_use) {
   return DropWhere([device](const Entry& e) { return e.device == device; }, forget_in_use);
 }
 
-int Pool::CollectIdle(int64_t idle_ns) {
+int Pool::CollectIdle(int64_t idle_ns, EvictReason reason) {
   if (abandoned_.load(std::memory_order_relaxed) || Empty()) return 0;
   const int64_t cutoff = driver_->NowNs() - idle_ns;
   std::vector<Victim> victims;
@@ -686,7 +688,7 @@ int Pool::CollectIdle(int64_t idle_ns) {
     while (!lru_.empty()) {
       Entry& e = entries_.find(lru_.begin()->second)->second;
       if (e.deferred_at > cutoff) break;
-      TakeVictim(e, EvictReason::kIdle, &victims);
+      TakeVictim(e, reason, &victims);
     }
   }
   return Evict(victims);
@@ -708,6 +710,20 @@ int Pool::ReleaseParked(EvictReason reason) {
     released += Evict(victim, 1);
   }
   return released;
+}
+
+bool Pool::ReleaseOldestParked(EvictReason reason) {
+  if (abandoned_.load(std::memory_order_relaxed)) return false;
+  Victim victim[1];
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (counters_.parked_now == 0) return false;
+    auto it = lru_.begin();
+    while (it != lru_.end() && entries_.find(it->second)->second.parked == 0) ++it;
+    if (it == lru_.end()) return false;
+    victim[0] = TakeVictim(entries_.find(it->second)->second, reason);
+  }
+  return Evict(victim, 1) > 0;
 }
 
 int Pool::ReleaseAll(EvictReason reason) {

@@ -40,6 +40,7 @@
 
 namespace lazypin {
 
+class MemoryBudget;
 using Context = void*;  // a CUcontext, opaque to the pool
 
 // How a release went before its unregister: the time spent waiting for the
@@ -91,6 +92,9 @@ struct ReuseHooks {
   // At most this many bytes (usable sizes) parked at once: memory the program
   // believes freed (LAZYPIN_REUSE_FREED). A free past it is handled as before.
   uint64_t max_bytes = ~uint64_t{0};
+  // Parked blocks yield to the program's demand (may be null): a block is
+  // parked only if it says so (MemoryBudget::MayKeep).
+  MemoryBudget* budget = nullptr;
 };
 
 // Told of what the pool does outside the program's own calls (for the log).
@@ -245,7 +249,7 @@ class Pool {
   // entries; forget its in-use ones too when `forget_in_use` (reset).
   int DropDevice(int device, bool forget_in_use);
   // The collector: release deferred entries unused for `idle_ns`.
-  int CollectIdle(int64_t idle_ns);
+  int CollectIdle(int64_t idle_ns, EvictReason reason = EvictReason::kIdle);
   // Release every deferred entry (LAZYPIN_RELEASE_AT_EXIT).
   int ReleaseAll(EvictReason reason);
   // In a fork's child: forget everything without touching the driver or the
@@ -278,6 +282,9 @@ class Pool {
   // Releases every parked block (unregister, then the real free): an
   // allocation failed while they held memory. Returns how many.
   int ReleaseParked(EvictReason reason);
+  // Releases the block parked longest (unregister, then the real free):
+  // false if none is parked.
+  bool ReleaseOldestParked(EvictReason reason);
   // Cheap and lock-free: false means Unpark(sizes, ...) would find nothing.
   bool MaybeParked(const FreshSizes& sizes) const {
     for (int i = 0; i < sizes.count; ++i) {

@@ -14,6 +14,7 @@
 #include <malloc.h>
 #include <string.h>
 
+#include "memory_budget.h"
 #include "memory_guard.h"
 #include "pages.h"
 #include "real.h"
@@ -23,7 +24,7 @@
 
 namespace lazypin {
 
-std::atomic<int64_t> g_parked_blocks{0};
+std::atomic<int64_t> g_alloc_gauge{0};
 
 namespace {
 
@@ -45,7 +46,14 @@ constexpr size_t kArenaHeader = 16;
 alignas(4096) char g_arena[kArenaBytes];
 std::atomic<size_t> g_arena_used{0};
 
-inline bool AnyParked() { return g_parked_blocks.load(std::memory_order_relaxed) != 0; }
+// The fast path's one load: nothing parked nor kept.
+inline bool AnyParked() { return g_alloc_gauge.load(std::memory_order_relaxed) != 0; }
+// Blocks are parked (the gauge's low 32 bits).
+inline bool Parked() { return (g_alloc_gauge.load(std::memory_order_relaxed) & 0xffffffff) != 0; }
+// Kept memory yields first to a large allocation.
+inline void MaybeAnnounce(size_t bytes) {
+  if (bytes >= MemoryBudget::kAnnounceMin && AnyParked()) AnnounceAllocation(bytes);
+}
 inline bool PowerOfTwo(size_t a) { return a != 0 && (a & (a - 1)) == 0; }
 
 // The real function, or null while it is being looked up on this thread
@@ -62,7 +70,7 @@ Fn RealOrNull(real::Lazy<Fn>& lazy, const char* name) {
 // `saved_errno` is put back then, so a retry that succeeds leaves errno as
 // a first success would have.
 bool RetryAfterRelease(int saved_errno, size_t bytes) {
-  if (!AnyParked() || bytes >= (~size_t{0} >> 2)) return false;  // no release makes that fit
+  if (!Parked() || bytes >= (~size_t{0} >> 2)) return false;  // no release makes that fit
   const ShimState* state = PublishedState();
   const MemoryGuard* guard = state != nullptr ? state->guard : nullptr;
   if (guard == nullptr || !guard->ReleaseParkedForAllocation()) return false;
@@ -98,6 +106,11 @@ size_t BootstrapSize(const void* ptr) {
   return bytes;
 }
 
+void AnnounceAllocation(size_t bytes) {
+  const ShimState* state = PublishedState();
+  if (const MemoryGuard* guard = state != nullptr ? state->guard : nullptr) guard->MakeRoomFor(bytes);
+}
+
 void* ServeParked(size_t bytes, size_t align, bool zero) {
   const ShimState* state = PublishedState();
   const MemoryGuard* guard = state != nullptr ? state->guard : nullptr;
@@ -117,12 +130,12 @@ thread_local int t_probe_hits LAZYPIN_TLS = 0;
 // the slow path meanwhile (the parked count is raised; nothing is parked, so
 // nothing is served).
 bool ReachesOurMalloc(void* fn) {
-  g_parked_blocks.fetch_add(1, std::memory_order_relaxed);
+  g_alloc_gauge.fetch_add(1, std::memory_order_relaxed);
   t_probing = true;
   t_probe_hits = 0;
   void* p = reinterpret_cast<MallocFn>(fn)(24);
   t_probing = false;
-  g_parked_blocks.fetch_sub(1, std::memory_order_relaxed);
+  g_alloc_gauge.fetch_sub(1, std::memory_order_relaxed);
   const bool reached = t_probe_hits > 0;
   free(p);
   return reached;
@@ -184,9 +197,10 @@ using namespace lazypin;  // NOLINT: the hooks below are C symbols
 
 __attribute__((noinline)) static void* MallocSlow(size_t bytes) {
   if (t_probing) ++t_probe_hits;
-  if (AnyParked()) {
+  if (Parked()) {
     if (void* block = ServeParked(bytes, 0, false)) return block;
   }
+  MaybeAnnounce(bytes);
   if (MallocFn real = RealOrNull(g_malloc, "malloc")) {
     const int saved_errno = errno;
     void* p = real(bytes);
@@ -208,9 +222,10 @@ LAZYPIN_EXPORT void* malloc(size_t bytes) {
 __attribute__((noinline)) static void* CallocSlow(size_t count, size_t size) {
   size_t bytes;
   if (__builtin_mul_overflow(count, size, &bytes)) bytes = ~size_t{0};
-  if (AnyParked() && bytes != ~size_t{0}) {
+  if (Parked() && bytes != ~size_t{0}) {
     if (void* block = ServeParked(bytes, 0, true)) return block;
   }
+  MaybeAnnounce(bytes);
   if (CallocFn real = RealOrNull(g_calloc, "calloc")) {
     const int saved_errno = errno;
     void* p = real(count, size);
@@ -230,12 +245,13 @@ LAZYPIN_EXPORT void* calloc(size_t count, size_t size) {
 }
 
 __attribute__((noinline)) static int PosixMemalignSlow(void** out, size_t align, size_t bytes) {
-  if (AnyParked() && PowerOfTwo(align) && align % sizeof(void*) == 0) {
+  if (Parked() && PowerOfTwo(align) && align % sizeof(void*) == 0) {
     if (void* block = ServeParked(bytes, align, false)) {
       *out = block;
       return 0;
     }
   }
+  MaybeAnnounce(bytes);
   if (PosixMemalignFn real = RealOrNull(g_posix_memalign, "posix_memalign")) {
     int rc = real(out, align, bytes);
     if (rc == ENOMEM && RetryAfterRelease(errno, bytes)) rc = real(out, align, bytes);
@@ -258,9 +274,10 @@ LAZYPIN_EXPORT int posix_memalign(void** out, size_t align, size_t bytes) {
 // (an alignment of a page; pvalloc rounds the request up to whole pages).
 __attribute__((noinline)) static void* AlignedSlow(real::Lazy<AlignFn>& lazy, const char* name,
                                                    size_t align, size_t bytes) {
-  if (AnyParked() && PowerOfTwo(align)) {
+  if (Parked() && PowerOfTwo(align)) {
     if (void* block = ServeParked(bytes, align, false)) return block;
   }
+  MaybeAnnounce(bytes);
   if (AlignFn real = RealOrNull(lazy, name)) {
     const int saved_errno = errno;
     void* p = real(align, bytes);
@@ -289,9 +306,10 @@ LAZYPIN_EXPORT void* memalign(size_t align, size_t bytes) {
 __attribute__((noinline)) static void* PageAlignedSlow(real::Lazy<MallocFn>& lazy, const char* name,
                                                        size_t bytes, size_t serve_bytes) {
   const size_t page = PageSize();
-  if (AnyParked() && serve_bytes != 0) {
+  if (Parked() && serve_bytes != 0) {
     if (void* block = ServeParked(serve_bytes, page, false)) return block;
   }
+  MaybeAnnounce(bytes);
   if (MallocFn real = RealOrNull(lazy, name)) {
     const int saved_errno = errno;
     void* p = real(bytes);

@@ -23,6 +23,7 @@
 #include <algorithm>
 
 #include "hooks_alloc.h"
+#include "memory_budget.h"
 #include "memory_guard.h"
 #include "page_class.h"
 #include "pages.h"
@@ -180,7 +181,7 @@ void lazypin::RealFree(void* ptr) {
 LAZYPIN_EXPORT void cfree(void* ptr) { free(ptr); }
 
 LAZYPIN_EXPORT void* realloc(void* ptr, size_t size) {
-  if (ptr == nullptr && g_parked_blocks.load(std::memory_order_relaxed) != 0) {
+  if (ptr == nullptr && g_alloc_gauge.load(std::memory_order_relaxed) != 0) {
     if (void* block = ServeParked(size, 0, false)) return block;  // realloc(NULL, n) is malloc(n)
   }
   if (InBootstrapArena(ptr)) {
@@ -234,6 +235,12 @@ static void* MmapHook(real::Lazy<MmapFn>& lazy, const char* name, void* addr, si
                       int prot, int flags, int fd, off_t offset) {
   if ((flags & MAP_FIXED) && !(flags & MAP_FIXED_NOREPLACE)) {
     RangeLeaving(addr, len, EvictReason::kMmapFixed);
+  }
+  // Memory committed now: kept memory yields first (a plain mapping is only
+  // address space until touched: the collector's poll covers that).
+  if ((flags & MAP_POPULATE) && len >= MemoryBudget::kAnnounceMin &&
+      g_alloc_gauge.load(std::memory_order_relaxed) != 0) {
+    AnnounceAllocation(len);
   }
   if (MmapFn real = lazy.Get(&real::Next, name)) return real(addr, len, prot, flags, fd, offset);
   return reinterpret_cast<void*>(syscall(SYS_mmap, addr, len, prot, flags, fd, offset));

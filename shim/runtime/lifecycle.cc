@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <stdlib.h>
 
+#include "hooks_alloc.h"
 #include "shim.h"
 #include "thread_state.h"
 
@@ -141,6 +142,7 @@ void Shim::InForkChild() {
   in_child_ = true;
   if (pool_) pool_->AbandonAfterFork();
   if (host_cache_) host_cache_->AbandonAfterFork();
+  g_alloc_gauge.store(0, std::memory_order_relaxed);  // nothing is served or kept here
   if (watch_) watch_->AbandonAfterFork();
   static const ShimState child{Mode::kOff, Mode::kOff, "a fork's child", nullptr, nullptr};
   Publish(&child);

@@ -10,6 +10,7 @@
 #include "fmt/format.h"
 #include "hooks_alloc.h"
 #include "hooks_memory.h"
+#include "memory_budget.h"
 #include "memory_limit.h"
 #include "pfn.h"
 #include "records.h"
@@ -82,10 +83,14 @@ void Shim::Init() {
     limits.check_frames = config_.check_pfn;
     pool_driver_ = MakeCudaPoolDriver(watch_.get(), config_.defer_shared, config_.prefault_threads);
     pool_ = std::make_unique<Pool>(pool_driver_.get(), recorder_.get(), limits);
+    probe_ = std::make_unique<MemoryProbe>(/*open_files=*/true);
+    budget_ = std::make_unique<MemoryBudget>(&MemoryProbe::HeadroomOf, probe_.get(),
+                                             config_.keep_margin, &g_alloc_gauge);
     if (config_.host_alloc_bytes > 0) {
       HostAllocLimits host_limits;
       host_limits.max_bytes = config_.host_alloc_bytes;
       host_limits.max_entries = config_.pool_entries;
+      host_limits.budget = budget_.get();
       host_driver_ = MakeCudaHostAllocDriver();
       host_cache_ = std::make_unique<HostAllocCache>(host_driver_.get(), recorder_.get(), host_limits);
     }
@@ -94,7 +99,8 @@ void Shim::Init() {
       std::string why_not;
       reuse = AllocatorReuseCheck(&why_not);
       if (reuse) {
-        pool_->EnableReuse(ReuseHooks{&RealFree, &g_parked_blocks, config_.reuse_freed});
+        pool_->EnableReuse(
+            ReuseHooks{&RealFree, &g_alloc_gauge, config_.reuse_freed, budget_.get()});
       } else {  // said once, in the log: the program runs as with LAZYPIN_REUSE_FREED=0
         warnings_.push_back(fmt::format(
             "lazypin: LAZYPIN_REUSE_FREED steps aside: {}; freed blocks are unregistered and freed",
@@ -102,9 +108,10 @@ void Shim::Init() {
       }
     }
     collector_ = std::make_unique<Collector>(pool_.get(), config_.idle_ms, &RealFree, FreeBounds{},
-                                             &Captures(), host_cache_.get());
+                                             &Captures(), host_cache_.get(), budget_.get());
+    budget_->SetWaker([](void* c) { static_cast<Collector*>(c)->Nudge(); }, collector_.get());
     guard_ = std::make_unique<MemoryGuard>(pool_.get(), collector_.get(), &LeftSetUpProcess,
-                                           host_cache_.get(), reuse);
+                                           host_cache_.get(), reuse, budget_.get());
   }
   dispatch_ = std::make_unique<Dispatch>(env_.get(), pool_.get(), config_.unregister_wait,
                                          host_cache_.get());

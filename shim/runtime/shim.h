@@ -22,7 +22,9 @@
 #include "dispatch.h"
 #include "host_alloc_cache.h"
 #include "mem_watch.h"
+#include "memory_budget.h"
 #include "memory_guard.h"
+#include "memory_limit.h"
 #include "pool.h"
 #include "process.h"
 #include "recorder.h"
@@ -75,6 +77,8 @@ class Shim {
   std::unique_ptr<Pool> pool_;
   std::unique_ptr<HostAllocDriver> host_driver_;
   std::unique_ptr<HostAllocCache> host_cache_;  // defer mode with LAZYPIN_HOST_ALLOC_CACHE > 0
+  std::unique_ptr<MemoryProbe> probe_;    // defer mode: the headroom, for budget_
+  std::unique_ptr<MemoryBudget> budget_;  // defer mode: kept memory yields to the program
   std::unique_ptr<Collector> collector_;
   std::unique_ptr<Dispatch> dispatch_;
   std::unique_ptr<MemoryGuard> guard_;

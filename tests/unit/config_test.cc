@@ -227,7 +227,7 @@ TEST(ConfigTest, TheHeaderConfigHasOneKeyPerOption) {
             R"("watch":"auto","defer_shared":false,"unregister_wait":true,"stacks":"1","prefault":4,)"
             R"("host_alloc_cache":4294967296,"autopin":false,)"
             R"("autopin_min":4194304,"autopin_bytes":1717986918,"autopin_after":1,)"
-            R"("reuse_freed":858993459})");
+            R"("reuse_freed":858993459,"keep_margin":268435456})");
 }
 
 TEST(ConfigTest, AutoPinRequestedReadsItsOwnRow) {
