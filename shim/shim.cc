@@ -552,7 +552,7 @@ void Shim::FormatEntry(const LogEntry& e, std::string* line) {
     case LogEntry::Kind::kCall: {
       const Api api = static_cast<Api>(e.api);
       const Action action = static_cast<Action>(e.action);
-      stats_.RecordCall(api, e.bytes, e.result, e.latency_ns, action);
+      stats_.RecordCall(api, e.bytes, e.result, e.latency_ns, action, e.tid, e.t_ns, e.call.evicted);
       const CallRecord record{
           ProgramCall{api, static_cast<Via>(e.via), reinterpret_cast<void*>(e.ptr), e.bytes,
                       e.call.flags},
@@ -561,7 +561,7 @@ void Shim::FormatEntry(const LogEntry& e, std::string* line) {
       return;
     }
     case LogEntry::Kind::kEvict: {
-      stats_.RecordEvict(e.latency_ns);
+      stats_.RecordEvict(e.latency_ns, e.result, e.tid, e.t_ns);
       ReleaseWait wait;
       wait.waited_ns = e.waited_ns;
       wait.forced = e.forced;
