@@ -55,6 +55,8 @@ STAT_KEYS = ("calls", "errors", "bytes", "total_ns",
 
 # how many distinct addresses per process the pattern rules remember
 PTR_MEMORY = 1 << 20
+# evictions remembered per thread to find those made inside a call (the shim's kRecentEvictions)
+RECENT_EVICTIONS = 16
 
 
 class ReportError(Exception):
@@ -161,13 +163,14 @@ def hist_midpoint(i):
 
 class Agg:
     """Calls (or evictions) of one group: counts, bytes, time, a histogram."""
-    __slots__ = ("n", "errors", "bytes", "total", "max", "b", "waited", "forced")
+    __slots__ = ("n", "errors", "bytes", "total", "sq", "max", "b", "waited", "forced")
 
     def __init__(self):
         self.n = 0
         self.errors = 0
         self.bytes = 0
         self.total = 0
+        self.sq = 0             # sum of squared latencies (the saving's spread)
         self.max = 0
         self.b = {}
         self.waited = 0
@@ -176,6 +179,7 @@ class Agg:
     def add(self, lat, nbytes=0, err=False):
         self.n += 1
         self.total += lat
+        self.sq += lat * lat
         self.bytes += nbytes
         if err:
             self.errors += 1
@@ -190,6 +194,7 @@ class Agg:
         self.errors += o.errors
         self.bytes += o.bytes
         self.total += o.total
+        self.sq += o.sq
         self.waited += o.waited
         self.forced += o.forced
         if o.max > self.max:
@@ -438,6 +443,10 @@ class Log:
         self.idle_gone = {}         # ptr -> t of its last use, released idle
         self.lru_gone = set()
         self.freed_sizes = {}       # bytes -> freed pooled registrations not yet re-registered
+        # per thread its last RECENT_EVICTIONS evictions (end time, latency), and
+        # (action, size class) -> time of evictions made inside hits and deferrals
+        self.recent_evictions = {}
+        self.in_call_evictions = {}
         # auto-pins (LAZYPIN_AUTOPIN): {"pins", "failed", "bytes", "register_ns", "apis": {api: n}}
         self.autopin = {"pins": 0, "failed": 0, "bytes": 0, "register_ns": 0, "apis": {}}
         self.f = {"idle_reuse": 0, "idle_gap_max_ns": 0, "lru_reload": 0, "pattern": 0,
@@ -496,6 +505,9 @@ class Log:
             self.last_unregister[ptr] = t
         if evicted:
             self.f["in_call"] += evicted
+            k = (action, sclass)
+            self.in_call_evictions[k] = (self.in_call_evictions.get(k, 0)
+                                         + self.in_call_ns(tid, t, lat, evicted))
         if action == "passthrough" and not reason:
             self.f["old_passthrough"] += 1
         key = (api, action, sclass, err, warm, evicted > 0, reason, stack)
@@ -535,8 +547,24 @@ class Log:
             else:
                 f["ptr_memory_full"] = True
 
+    def in_call_ns(self, tid, t, lat, evicted):
+        """The time of the evictions a call of `tid` ending at `t` made inside
+        it (as the shim's Stats::InCallEvictionsNs)."""
+        ns = taken = 0
+        for et, elat in reversed(self.recent_evictions.get(tid, ())):
+            if taken >= evicted:
+                break
+            if t - lat <= et <= t:
+                ns += elat
+                taken += 1
+        return ns
+
     def on_evict(self, t, tid, ptr, nbytes, reason, result, lat, waited, forced, stack):
         self.last_t = t
+        recent = self.recent_evictions.setdefault(tid, [])
+        if len(recent) == RECENT_EVICTIONS:
+            del recent[0]
+        recent.append((t, lat))
         err = result != 0
         key = (reason, err, forced, stack)
         g = self.egroups.get(key)
@@ -696,6 +724,7 @@ class Log:
                             last_unregister[int(m.group(4), 16)] = int(m.group(1))
                         g.n += 1
                         g.total += lat
+                        g.sq += lat * lat
                         if lat > g.max:
                             g.max = lat
                         if lat < 32:
@@ -987,95 +1016,146 @@ def process_info(log):
     }
 
 
-# ---- what the pool saved
+# ---- what the pool saved: the one definition (the shim's Saving, shim/stats.h)
 
-def price_tables(logs):
-    """What a call costs without the pool, measured in these logs:
-    registers: per (API, size class), the warm real registers (successful
-    misses and forwards, leaving out each process's first register, which
-    pays for CUDA's start-up, and registers that first evicted pooled memory);
-    unregisters: per API, the successful real ones; evictions (lazypin's own
-    real unregisters) when the API has none."""
+def _price(agg):
+    """(calls, mean, variance of the mean) of an Agg of real calls, or None."""
+    if agg is None or agg.n == 0:
+        return None
+    n = agg.n
+    mean = agg.total / n
+    vom = 0.0
+    if n >= 2:
+        var = (agg.sq - agg.total * agg.total / n) / (n - 1)
+        vom = var / n if var > 0 else 0.0
+    return (n, mean, vom)
+
+
+def log_prices(log):
+    """What a call costs without the pool in this process, as the shim prices
+    it: per size class the warm real registers (successful misses and forwards
+    that evicted nothing, the process's first real register left out); for
+    unregisters the successful real calls, else the successful evictions."""
     reg = {}
-    unreg = {}
-    ev = Agg()
-    for log in logs:
-        for (api, action, sclass, err, warm, inev, reason, stack), g in log.groups.items():
-            if err:
-                continue
-            if sclass is not None and warm:
-                reg.setdefault((api, sclass), Agg()).merge(g)
-            elif sclass is None and action in ("forward", "passthrough"):
-                unreg.setdefault(api, Agg()).merge(g)
-        for (reason, err, forced, stack), g in log.egroups.items():
-            if not err:
-                ev.merge(g)
-    return ({k: v.median() for k, v in reg.items()}, {k: v.n for k, v in reg.items()},
-            {k: v.median() for k, v in unreg.items()}, ev.median() if ev.n else None)
+    unreg = Agg()
+    good_ev = Agg()
+    for (api, action, sclass, err, warm, inev, reason, stack), g in log.groups.items():
+        if err:
+            continue
+        if sclass is not None and warm:
+            reg.setdefault(sclass, Agg()).merge(g)
+        elif sclass is None and action in ("forward", "passthrough") and is_unregister(api):
+            unreg.merge(g)
+    for (reason, err, forced, stack), g in log.egroups.items():
+        if not err:
+            good_ev.merge(g)
+    return {"reg": {c: _price(a) for c, a in reg.items()},
+            "unreg": _price(unreg) or _price(good_ev)}
 
 
-def group_bare_price(key, g, prices):
-    """(estimated bare time of the calls of group g, priced?)"""
-    reg_med, _, unreg_med, ev_med = prices
-    api, action, sclass, err, warm, inev, reason, stack = key
-    if action == "hit":
-        p = reg_med.get((api, sclass))
-        return (p * g.n, True) if p is not None else (g.total, False)
+def group_price(key, prices):
+    """The price (calls, mean, variance of the mean) of one call of group `key`
+    without the pool: hits and deferrals only; None: not pooled, or unpriced."""
+    action, sclass = key[1], key[2]
+    if action == "hit" and sclass is not None:
+        return prices["reg"].get(sclass)
     if action == "deferred":
-        p = unreg_med.get(api, ev_med)
-        return (p * g.n, True) if p is not None else (g.total, False)
-    if inev and sclass is not None:
-        p = reg_med.get((api, sclass))
-        return (p * g.n, True) if p is not None else (g.total, False)
-    return g.total, True
+        return prices["unreg"]
+    return None
 
 
-def saving(logs, prices):
-    """The estimated saving of these logs: bare estimate minus what was measured."""
-    out = {"bare_estimate_ns": 0, "measured_ns": 0, "calls_ns": 0, "evictions_ns": 0,
-           "evictions": 0, "forced": 0, "hits": 0, "hits_unpriced": 0, "deferred": 0,
-           "deferred_unpriced": 0}
-    for log in logs:
-        for key, g in log.groups.items():
-            bare, priced = group_bare_price(key, g, prices)
-            out["bare_estimate_ns"] += bare
-            out["calls_ns"] += g.total
-            if key[1] == "hit":
-                out["hits"] += g.n
-                out["hits_unpriced"] += 0 if priced else g.n
-            elif key[1] == "deferred":
-                out["deferred"] += g.n
-                out["deferred_unpriced"] += 0 if priced else g.n
-        for key, g in log.egroups.items():
-            out["evictions_ns"] += g.total
-            out["evictions"] += g.n
-            out["forced"] += g.forced
-    out["measured_ns"] = out["calls_ns"] + out["evictions_ns"]
-    out["saved_ns"] = out["bare_estimate_ns"] - out["measured_ns"]
+def group_saving(key, g, prices):
+    """What the calls of one group saved, before evictions (0 if unpriced)."""
+    p = group_price(key, prices)
+    return 0.0 if p is None else g.n * p[1] - g.total
+
+
+def saving_of(log):
+    """What the pool saved in one process (see shim/stats.h, Saving): priced
+    hits and deferrals at this process's own real calls, net of their time and
+    of evictions made inside them, minus every eviction's time."""
+    prices = log_prices(log)
+    saved = 0.0
+    hits = {}        # size class -> calls, and the deferrals under None
+    for key, g in log.groups.items():
+        if key[1] == "hit" and key[2] is not None:
+            hits[key[2]] = hits.get(key[2], 0) + g.n
+        elif key[1] == "deferred":
+            hits[None] = hits.get(None, 0) + g.n
+    out = {"saved_ns": 0, "spread_ns": 0, "hits": 0, "hits_priced": 0, "deferred": 0,
+           "deferred_priced": 0, "evictions": 0, "evictions_ns": 0, "price_calls": 0,
+           "processes": 1, "estimable": False}
+    variance = 0.0
+    for sclass in SIZE_CLASS_NAMES + (None,):
+        n = hits.get(sclass, 0)
+        kind = "deferred" if sclass is None else "hits"
+        out[kind] += n
+        p = prices["unreg"] if sclass is None else prices["reg"].get(sclass)
+        if not n or p is None:
+            continue
+        out[kind + "_priced"] += n
+        out["price_calls"] += p[0]
+        variance += float(n) * float(n) * p[2]
+        # the calls' time net of the evictions made inside them
+        saved += n * p[1] - sum(g.total for k, g in log.groups.items()
+                                if (k[1], k[2] if sclass is not None else None)
+                                == (("deferred", None) if sclass is None else ("hit", sclass)))
+        saved += log.in_call_evictions.get(("deferred", None) if sclass is None else ("hit", sclass), 0)
+    for key, g in log.egroups.items():
+        out["evictions"] += g.n
+        out["evictions_ns"] += g.total
+    saved -= out["evictions_ns"]
+    out["saved_ns"] = int(round(saved))
+    out["spread_ns"] = int(round(2 * math.sqrt(variance)))
+    out["estimable"] = bool(out["hits_priced"] + out["deferred_priced"]
+                            or (out["hits"] + out["deferred"] == 0 and out["evictions"]))
     return out
 
 
-def saving_method(sv, prices):
-    reg_med, reg_n, unreg_med, ev_med = prices
-    parts = ["bare time estimated from this run: each hit priced at the median warm real "
-             "register of its API and size class (%d measured; a process's first register "
-             "and registers that evicted first are left out)" % sum(reg_n.values()),
-             "each deferred unregister at the median real unregister%s"
-             % ("" if unreg_med else " (lazypin's evictions: no forwarded one)"),
-             "every eviction (%d, %s%s) counted as cost"
-             % (sv["evictions"], fmt_ns(sv["evictions_ns"]),
-                ", %d forced while the GPU was busy" % sv["forced"] if sv["forced"] else "")]
-    text = "; ".join(parts)
-    un = []
-    if sv["hits_unpriced"]:
-        un.append("%d hit%s" % (sv["hits_unpriced"], "" if sv["hits_unpriced"] == 1 else "s"))
-    if sv["deferred_unpriced"]:
-        un.append("%d deferred unregister%s" % (sv["deferred_unpriced"],
-                                                "" if sv["deferred_unpriced"] == 1 else "s"))
-    if un:
-        text += ("; %s had no warm real call of the same kind to compare with and count "
-                 "as saving nothing (a bare log given with --compare measures them)" % " and ".join(un))
-    return text
+def saving_total(savings):
+    """Several processes' savings: summed, spreads in quadrature."""
+    out = {"saved_ns": 0, "spread_ns": 0, "hits": 0, "hits_priced": 0, "deferred": 0,
+           "deferred_priced": 0, "evictions": 0, "evictions_ns": 0, "price_calls": 0,
+           "processes": 0, "estimable": False}
+    var = 0.0
+    for sv in savings:
+        for k in ("saved_ns", "hits", "hits_priced", "deferred", "deferred_priced",
+                  "evictions", "evictions_ns", "price_calls", "processes"):
+            out[k] += sv[k]
+        var += float(sv["spread_ns"]) ** 2
+        out["estimable"] = out["estimable"] or sv["estimable"]
+    out["spread_ns"] = int(round(math.sqrt(var)))
+    return out
+
+
+def saving_text(sv):
+    """The saving as one line: for one process exactly the shim's exit summary
+    (SavingText in shim/stats.cc)."""
+    if not sv["estimable"]:
+        return ("saving not estimable (no real call of the same kind in this process to price the "
+                "hits and deferrals): compare with a log-mode run")
+    saved = sv["saved_ns"]
+    out = ("saved " + fmt_ns(saved)) if saved >= 0 else ("cost %s more than it saved" % fmt_ns(-saved))
+    if sv["spread_ns"] > 0:
+        out += " +/- " + fmt_ns(sv["spread_ns"])
+    n = sv["price_calls"]
+    if sv["processes"] > 1:
+        out += " (estimated, each of %d processes from its own real calls, %d in all" % (
+            sv["processes"], n)
+    else:
+        out += " (estimated from %d real call%s of this run" % (n, "" if n == 1 else "s")
+    unpriced = (sv["hits"] - sv["hits_priced"]) + (sv["deferred"] - sv["deferred_priced"])
+    if unpriced:
+        out += "; %d hits/deferrals unpriced, counted as 0" % unpriced
+    return out + ")"
+
+
+SAVING_METHOD = (
+    "estimated per process from its own calls: each hit priced at the mean warm real register "
+    "of its size class (the process's first register and registers that evicted are left out), "
+    "each deferred unregister at the mean real unregister (else the mean eviction), minus the "
+    "hit's or deferral's own time; every eviction lazypin made counted as cost; +/- is two "
+    "standard errors of those means. The shim's exit summary prints the same figure.")
 
 
 # ---- call sites
@@ -1143,7 +1223,7 @@ def is_cuda_frame(frame, name):
             or name.startswith("libcudart_static_") or CUDA_API_NAME.match(name) is not None)
 
 
-def call_sites(logs, prices, depth=4):
+def call_sites(logs, depth=4):
     """Call sites ranked: each unique symbolized stack (lazypin's own frames
     left out, `depth` frames kept) with its calls, time spent (calls and
     evictions) and time saved (bare estimate minus measured)."""
@@ -1189,6 +1269,8 @@ def call_sites(logs, prices, depth=4):
 
     sites = {}
     for log, per in zip(logs, resolved):
+        prices = log_prices(log)
+
         def site(stack):
             if stack is None:
                 return None
@@ -1207,10 +1289,9 @@ def call_sites(logs, prices, depth=4):
                 continue
             e = sites.setdefault(s, {"frames": list(s), "calls": 0, "hits": 0, "real": 0,
                                      "evictions": 0, "time_ns": 0, "bare_ns": 0})
-            bare, _ = group_bare_price(key, g, prices)
             e["calls"] += g.n
             e["time_ns"] += g.total
-            e["bare_ns"] += bare
+            e["bare_ns"] += g.total + group_saving(key, g, prices)
             if key[1] == "hit":
                 e["hits"] += g.n
             elif key[1] in ("miss", "forward", "passthrough"):
@@ -1415,8 +1496,7 @@ def autopin_summary(logs):
     return out
 
 
-def analyze(logs, top=10, prices=None):
-    prices = prices or price_tables(logs)
+def analyze(logs, top=10):
     by_api = {}
     by_class = {}
     totals = Agg()
@@ -1473,8 +1553,15 @@ def analyze(logs, top=10, prices=None):
         for p in spools:
             for r, n in (p.get("evictions") or {}).items():
                 summary_evictions[r] = summary_evictions.get(r, 0) + as_int(n)
-    sv = saving(logs, prices)
-    saved_summary = ssum("saved_ns_est") if all_summarized else None
+    per_log = [saving_of(log) for log in logs]
+    sv = saving_total(per_log)
+    sv["calls_ns"] = sum(g.total for log in logs for g in log.groups.values())
+    # the time the process spent in registration work: its calls, and the
+    # evictions made outside them (those inside are in the calls' time)
+    sv["measured_ns"] = (sv["calls_ns"] + sv["evictions_ns"]
+                         - sum(v for log in logs for v in log.in_call_evictions.values()))
+    sv["text"] = saving_text(sv)
+    sv["method"] = SAVING_METHOD
     evict_count = sum(a.n for a in ev_by_reason.values())
     pool_used = bool(hits or misses or deferred or evict_count)
     pool = {
@@ -1495,11 +1582,10 @@ def analyze(logs, top=10, prices=None):
         "peak_entries": ssum("peak_entries"),
         "pooled_bytes_at_exit": ssum("pooled_bytes"),
         "pooled_entries_at_exit": ssum("pooled_entries"),
-        "saved_ns_est": sv["saved_ns"],
+        "saved_ns_est": sv["saved_ns"] if sv["estimable"] else None,
         "saved_ns_source": "records",
-        "saved_ns_records": sv["saved_ns"],
-        "saved_ns_summary": saved_summary,
-        "saving": dict(sv, method=saving_method(sv, prices)),
+        "saved_ns_records": sv["saved_ns"] if sv["estimable"] else None,
+        "saving": sv,
     }
     host_releases = {}
     for log in logs:
@@ -1536,14 +1622,15 @@ def analyze(logs, top=10, prices=None):
     evict_errors = sum(a.errors for a in ev_by_reason.values())
 
     procs = []
-    for log in logs:
+    for log, s in zip(logs, per_log):
         p = process_info(log)
-        s = saving([log], prices)
         regs_p = sum(g.n for k, g in log.groups.items() if k[1] in ("hit", "miss"))
-        p["time_ns"] = s["measured_ns"]
+        p["time_ns"] = (sum(g.total for g in log.groups.values())
+                        + sum(g.total for g in log.egroups.values()))
         p["hits"] = s["hits"]
         p["pool_registers"] = regs_p
-        p["saved_ns"] = s["saved_ns"] if (s["hits"] or s["deferred"] or s["evictions"]) else None
+        p["saving"] = s
+        p["saved_ns"] = s["saved_ns"] if s["estimable"] else None
         procs.append(p)
 
     warnings = []
@@ -1577,7 +1664,7 @@ def analyze(logs, top=10, prices=None):
         "host_alloc": host,
         "autopin": autopin_summary(logs),
         "advice": advise(logs, procs, pool),
-        "call_sites": call_sites(logs, prices),
+        "call_sites": call_sites(logs),
         "slowest": slowest,
         "errors": errors,
         "warnings": warnings,
@@ -1588,6 +1675,27 @@ def is_bare(doc):
     """A run without the pool: log or off mode, or no pool action at all."""
     mode = run_mode(doc)
     return (mode in ("log", "off")) or not doc["pool"]["active"]
+
+
+def run_identity(doc):
+    """What ran: sorted (program, arguments) of the processes."""
+    return sorted({(os.path.basename(p["exe"]) if p["exe"] else "-",
+                    fmt_argv(p["argv"][1:] if p["argv"] else p["argv"])) for p in doc["processes"]})
+
+
+def run_differences(base, other):
+    """Lines saying how the two runs' programs or arguments differ (none: alike)."""
+    a, b = run_identity(base), run_identity(other)
+    if a == b:
+        return []
+    out = []
+    progs_a, progs_b = sorted({x[0] for x in a}), sorted({x[0] for x in b})
+    if progs_a != progs_b:
+        out.append("programs: A %s, B %s" % (", ".join(progs_a), ", ".join(progs_b)))
+    else:
+        args_a, args_b = sorted({x[1] for x in a}), sorted({x[1] for x in b})
+        out.append("arguments: A %s, B %s" % (" | ".join(args_a), " | ".join(args_b)))
+    return out
 
 
 def compare(base, other):
@@ -1632,9 +1740,16 @@ def compare(base, other):
             "pooled_run": side, "saved_ns": saved, "bare_ns": int(round(bare_ns)),
             "pooled_ns": measured, "scaled": scaled,
             "estimate_ns": pooled["pool"]["saved_ns_records"],
+            "estimate_text": pooled["pool"]["saving"]["text"],
             "method": "measured: the bare run's time in registration calls%s, minus the "
-                      "pooled run's (its calls and lazypin's evictions)"
+                      "pooled run's (its calls, and lazypin's evictions outside them)"
                       % (" (scaled per API to the pooled run's number of calls)" if scaled else "")}
+        ap = pooled.get("autopin") or {}
+        if ap.get("pins"):
+            res["saving"]["autopin"] = {
+                "saved_ns_est": ap["saved_ns_est"], "register_ns": ap["register_ns"],
+                "note": "auto-pin changed copy times, which the logs do not hold: not in the "
+                        "measured figure; compare the programs' wall times"}
         pooled["pool"]["saved_ns_est"] = saved
         pooled["pool"]["saved_ns_source"] = "measured"
     return res
@@ -1649,19 +1764,12 @@ def pool_verdict(pool, mode=None):
             return "pool: off (lazypin passed every call through)"
         return "pool: not used (mode %s)" % (mode or "log")
     regs = pool["hits"] + pool["misses"]
-    saved = pool["saved_ns_est"]
-    how = "measured" if pool["saved_ns_source"] == "measured" else "estimated"
-    sv = pool.get("saving") or {}
-    if how == "estimated" and sv.get("hits") and sv.get("hits_unpriced") == sv.get("hits"):
-        saved = None
-        tail = (", saving not estimable from this log alone (no warm driver register to price "
-                "the hits): compare with a log-mode run")
-    elif saved is None:
-        tail = ""
-    elif saved >= 0:
-        tail = ", saved %s (%s)" % (fmt_ns(saved), how)
+    if pool["saved_ns_source"] == "measured":
+        saved = pool["saved_ns_est"]
+        tail = (", saved %s (measured against the bare run)" % fmt_ns(saved) if saved >= 0 else
+                ", cost %s more than it saved (measured against the bare run)" % fmt_ns(-saved))
     else:
-        tail = ", cost %s more than it saved (%s)" % (fmt_ns(-saved), how)
+        tail = ", " + pool["saving"]["text"]
     return "pool: %d hit%s / %d register%s (%s)%s" % (
         pool["hits"], "" if pool["hits"] == 1 else "s", regs, "" if regs == 1 else "s",
         fmt_pct(pool["hit_rate"]) if regs else "-", tail)
@@ -1699,7 +1807,9 @@ def fmt_argv(argv):
 
 def run_mode(doc):
     modes = sorted({p["mode"] for p in doc["processes"] if p["mode"]})
-    return "/".join(modes) if modes else None
+    if not modes:
+        return None
+    return "/".join(modes) + ("+autopin" if (doc.get("autopin") or {}).get("pins") else "")
 
 
 def fmt_mode(p):
@@ -1856,17 +1966,10 @@ def render_text(doc, top=10):
         else:
             L.append("  peak pooled: unknown (no summary record)")
         sv = pool["saving"]
-        if pool["saved_ns_source"] == "measured":
-            L.append("  saved %s, measured against the bare run (estimate from the records alone: %s)"
-                     % (fmt_ns(pool["saved_ns_est"]), fmt_ns(pool["saved_ns_records"])))
-        else:
-            L.append("  saved %s (estimated): %s bare (est.) - %s measured (calls %s + evictions %s)"
-                     % (fmt_ns(sv["saved_ns"]), fmt_ns(sv["bare_estimate_ns"]), fmt_ns(sv["measured_ns"]),
-                        fmt_ns(sv["calls_ns"]), fmt_ns(sv["evictions_ns"])))
+        L.append("  " + sv["text"])
         L.append("  how: " + sv["method"])
-        if pool["saved_ns_summary"] is not None:
-            L.append("  (the shim's own figure, hits x mean real register: %s)"
-                     % fmt_ns(pool["saved_ns_summary"]))
+        L.append("  time in registration work: %s (calls %s, evictions %s, those inside calls counted once)"
+                 % (fmt_ns(sv["measured_ns"]), fmt_ns(sv["calls_ns"]), fmt_ns(sv["evictions_ns"])))
         L.append("  evicted inside program calls (overlap, make room): %d" % pool["evicted_in_calls"])
         if pool["evictions"]:
             L.append("  evictions outside program calls: %d" % pool["evictions_total"])
@@ -1981,13 +2084,10 @@ def run_name(doc):
     return "%s (%s)" % (name, run_mode(doc) or "?")
 
 
-def pooled_unpriced(doc):
-    sv = doc["pool"]["saving"]
-    return bool(sv["hits"]) and sv["hits_unpriced"] == sv["hits"]
-
-
 def render_compare(base, other, cmp):
     L = []
+    for d in cmp.get("differences") or []:
+        L.append("note: A and B differ (--force): " + d)
     for label, doc in (("A", base), ("B", other)):
         procs = doc["processes"]
         prog = ", ".join(sorted({os.path.basename(p["exe"]) for p in procs if p["exe"]})) or "-"
@@ -2016,8 +2116,11 @@ def render_compare(base, other, cmp):
         L.append("  the pool (%s) %s %s, measured: bare %s - pooled %s (calls and evictions)%s"
                  % (who, word, fmt_ns(abs(s["saved_ns"])), fmt_ns(s["bare_ns"]), fmt_ns(s["pooled_ns"]),
                     "; bare scaled per API to the pooled run's call count" if s["scaled"] else ""))
-        L.append("  (estimated from the pooled run's records alone: %s)" % (
-            "not estimable" if pooled_unpriced(other if who == "B" else base) else fmt_ns(s["estimate_ns"])))
+        L.append("  (from the pooled run's log alone: %s)" % s["estimate_text"])
+        if s.get("autopin"):
+            L.append("  auto-pin: %s; its registers took %s (%s)"
+                     % ("estimated %s saved in copies" % fmt_ns(s["autopin"]["saved_ns_est"]),
+                        fmt_ns(s["autopin"]["register_ns"]), s["autopin"]["note"]))
     for label, doc in (("A", base), ("B", other)):
         if doc["advice"]:
             L.append("")
@@ -2184,6 +2287,8 @@ def build_parser():
                    help="compare with another run (e.g. log mode as LOG, defer mode as OTHER)")
     p.add_argument("--plot", metavar="FILE.png",
                    help="latency CDF per API and latency by size (needs matplotlib)")
+    p.add_argument("--force", action="store_true",
+                   help="with --compare: compare runs of different programs or arguments")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
     p.add_argument("--top", type=int, default=10, metavar="N",
                    help="how many of the slowest calls to list (default 10, 0: none)")
@@ -2203,7 +2308,15 @@ def main(argv=None):
         return 2
     doc = analyze(logs, args.top)
     other = analyze(other_logs, args.top) if other_logs else None
-    cmp = compare(doc, other) if other is not None else None
+    cmp = None
+    if other is not None:
+        diff = run_differences(doc, other)
+        if diff and not args.force:
+            print("%s: --compare needs runs of the same program with the same arguments; %s "
+                  "(--force compares them anyway)" % (PROG, "; ".join(diff)), file=sys.stderr)
+            return 2
+        cmp = compare(doc, other)
+        cmp["differences"] = diff
 
     plot_msg = None
     if args.plot:

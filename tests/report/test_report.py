@@ -160,7 +160,8 @@ class TextReport(unittest.TestCase):
         r = report(fx("defer_mode.jsonl"))
         self.assertEqual(r.returncode, 0, r.stderr)
         out = r.stdout
-        self.assertIn("pool: 18 hits / 20 registers (90%), saved 4.63 ms (estimated)", out)
+        self.assertIn("pool: 18 hits / 20 registers (90%), saved 4.69 ms +/- 40.0 us "
+                      "(estimated from 3 real calls of this run)", out)
         self.assertIn("deferred unregisters 20", out)
         self.assertIn("peak pooled 4 MiB in 1 entry", out)
         self.assertRegex(out, r"free\s+1\s+0\s+4 MiB\s+88.0 us\s+87.0 us")
@@ -281,16 +282,17 @@ class JsonReport(unittest.TestCase):
         self.assertEqual(pool["summary_evictions"], {"free": 1, "exit": 1})
         self.assertEqual(pool["peak_bytes"], M4)
         self.assertEqual(pool["peak_entries"], 1)
-        self.assertEqual(pool["saved_ns_summary"], 4600000)
         self.assertEqual(pool["saved_ns_source"], "records")
         # the first register (171 us) pays CUDA's start-up and prices nothing; the
-        # warm one after the free (175 us, histogram 174080) prices the 18 hits;
-        # the 20 deferred unregisters are priced at the median eviction (85 us,
-        # histogram 84992: no forwarded unregister); measured: calls and evictions
-        bare = 18 * 174080 + 20 * 84992 + 171000 + 175000
-        self.assertEqual(pool["saving"]["bare_estimate_ns"], bare)
+        # warm one after the free (175 us) prices the 18 hits (1 us each); the 20
+        # deferred unregisters (500 ns each) are priced at the mean eviction
+        # (87 us: no forwarded unregister); both evictions (174 us) are cost
+        saved = 18 * (175000 - 1000) + 20 * (87000 - 500) - 174000
         self.assertEqual(pool["saving"]["measured_ns"], 364000 + 10000 + 174000)
-        self.assertEqual(pool["saved_ns_est"], bare - 548000)
+        self.assertEqual(pool["saved_ns_est"], saved)
+        self.assertEqual(pool["saving"]["price_calls"], 3)
+        # the evictions' spread: sample variance 2e6 ns^2, of the mean 1e6; 2 x 20 x 1000
+        self.assertEqual(pool["saving"]["spread_ns"], 40000)
 
     def test_multi(self):
         d = report_json(fx("multi"))
@@ -302,11 +304,15 @@ class JsonReport(unittest.TestCase):
         # not every process has the shim's estimate: recomputed from the records
         self.assertEqual(d["pool"]["saved_ns_source"], "records")
         # each process's only driver register is its first: no warm register
-        # prices the 4 hits (they count as nothing); 6 deferred at the median
-        # eviction (47.6 us histogram) minus 96 us of evictions
+        # prices the 4 hits (they count as nothing); each process prices its
+        # deferrals at its own evictions; the run's figure is their sum
         sv = d["pool"]["saving"]
-        self.assertEqual((sv["hits_unpriced"], sv["deferred_unpriced"]), (4, 0))
-        self.assertEqual(d["pool"]["saved_ns_est"], 6 * 47616 - 6 * 300 - 96000)
+        self.assertEqual((sv["hits"] - sv["hits_priced"], sv["deferred"] - sv["deferred_priced"]), (4, 0))
+        per = [p["saved_ns"] for p in d["processes"]]
+        self.assertEqual(d["pool"]["saved_ns_est"], sum(per))
+        r = report(fx("multi"))
+        for p in d["processes"]:
+            self.assertIn(load_module().fmt_ns(p["saved_ns"]), r.stdout)
 
     def test_no_summary_recomputes_saved(self):
         d = report_json(fx("truncated.jsonl"))
@@ -316,7 +322,7 @@ class JsonReport(unittest.TestCase):
 
 class Compare(unittest.TestCase):
     def test_json_ratios(self):
-        d = report_json(fx("log_mode.jsonl"), "--compare", fx("defer_mode.jsonl"))
+        d = report_json(fx("log_mode.jsonl"), "--compare", fx("defer_mode.jsonl"), "--force")
         self.assertEqual(list(d), ["lazypin_report", "baseline", "other", "comparison"])
         c = d["comparison"]
         reg = c["apis"]["cudaHostRegister"]
@@ -330,7 +336,7 @@ class Compare(unittest.TestCase):
         self.assertAlmostEqual(c["total_ns"]["ratio"], 3997236 / 374000)
 
     def test_text(self):
-        r = report(fx("log_mode.jsonl"), "--compare", fx("defer_mode.jsonl"))
+        r = report(fx("log_mode.jsonl"), "--compare", fx("defer_mode.jsonl"), "--force")
         self.assertEqual(r.returncode, 0, r.stderr)
         out = r.stdout
         self.assertIn("pool: 18 hits / 20 registers (90%)", out)
@@ -340,7 +346,7 @@ class Compare(unittest.TestCase):
         self.assertIn("time in registration calls: A 4.00 ms, B 374 us, ratio 10.7x", out)
 
     def test_api_missing_on_one_side(self):
-        d = report_json(fx("log_mode.jsonl"), "--compare", fx("multi"))
+        d = report_json(fx("log_mode.jsonl"), "--compare", fx("multi"), "--force")
         c = d["comparison"]["apis"]
         self.assertEqual(c["cuMemHostRegister_v2"]["baseline"]["calls"], 0)
         self.assertIsNone(c["cuMemHostRegister_v2"]["ratio"]["p50"])
@@ -571,8 +577,9 @@ class TrueSavings(unittest.TestCase):
         self.assertLessEqual(est, truth)
         self.assertLessEqual(est, duration)
         self.assertGreater(est, truth * 0.6)   # the hits are priced; the unregisters are not
-        self.assertEqual(d["pool"]["saving"]["deferred_unpriced"], 1000)
-        self.assertIn("no warm real call", d["pool"]["saving"]["method"])
+        sv = d["pool"]["saving"]
+        self.assertEqual(sv["deferred"] - sv["deferred_priced"], 1000)
+        self.assertIn("1000 hits/deferrals unpriced", sv["text"])
         # with the bare log, the measured difference wins
         c = report_json(self.p("bare.jsonl"), "--compare", self.p("defer.jsonl"))
         self.assertEqual(c["comparison"]["saving"]["saved_ns"], truth)
@@ -602,7 +609,7 @@ class TrueSavings(unittest.TestCase):
         self.assertLess(d["pool"]["saved_ns_est"], 0)
         self.assertGreaterEqual(d["pool"]["saved_ns_est"], truth)   # never flatters
         r = report(self.p("defer.jsonl"))
-        self.assertIn("more than it saved (estimated)", r.stdout)
+        self.assertIn("more than it saved (estimated from", r.stdout)
         c = report_json(self.p("bare.jsonl"), "--compare", self.p("defer.jsonl"))
         self.assertEqual(c["comparison"]["saving"]["saved_ns"], truth)
         adv = {a["rule"]: a for a in d["advice"]}
@@ -610,7 +617,7 @@ class TrueSavings(unittest.TestCase):
 
     def test_fixture_pair(self):
         # the hand-written fixtures: 9 calls bare vs 40 pooled: scaled per API
-        c = report_json(fx("log_mode.jsonl"), "--compare", fx("defer_mode.jsonl"))
+        c = report_json(fx("log_mode.jsonl"), "--compare", fx("defer_mode.jsonl"), "--force")
         s = c["comparison"]["saving"]
         self.assertTrue(s["scaled"])
         self.assertEqual(s["pooled_run"], "other")
@@ -1215,7 +1222,7 @@ class RunChild(unittest.TestCase):
         self.assertRegex(err, re.escape(os.path.realpath(self.cwd)) + r"/lazypin-sh-\d+\.jsonl")
         self.assertNotIn("lazypin-sh-1.jsonl", err)
         self.assertRegex(err, r"cudaHostRegister\s+20\s+0\s+1.00 us\s+174 us")
-        self.assertIn("pool: 18 hits / 20 registers (90%), saved 4.63 ms (estimated)", err)
+        self.assertIn("pool: 18 hits / 20 registers (90%), saved 4.69 ms +/- 40.0 us (estimated", err)
         self.assertIn("lazypin: full report: lazypin report ", err)
 
     def test_closing_summary_several_processes(self):
