@@ -449,7 +449,9 @@ class Log:
         self.in_call_evictions = {}
         # auto-pins (LAZYPIN_AUTOPIN): {"pins", "failed", "bytes", "register_ns", "apis": {api: n}}
         self.autopin = {"pins": 0, "failed": 0, "bytes": 0, "register_ns": 0, "apis": {}}
-        self.f = {"idle_reuse": 0, "idle_gap_max_ns": 0, "lru_reload": 0, "pattern": 0,
+        self.last_size = {}         # log mode: ptr -> bytes of its last register
+        self.registered = {}        # log mode: (ptr, bytes) -> latency of its last unregister (None: registered)
+        self.f = {"rereg": 0, "rereg_ns": 0, "idle_reuse": 0, "idle_gap_max_ns": 0, "lru_reload": 0, "pattern": 0,
                   "too_big": 0, "too_big_max": 0, "busy": 0, "busy_bytes": 0,
                   "waited_ns": 0, "old_passthrough": 0, "in_call": 0, "ptr_memory_full": False}
 
@@ -499,6 +501,8 @@ class Log:
             if stack is not None and ptr is not None and (
                     ptr in self.site_of or len(self.site_of) < PTR_MEMORY):
                 self.site_of[ptr] = stack
+        if self.mode == "log" and action == "forward" and not err and ptr is not None:
+            self.on_log_mode_call(reg, ptr, nbytes, lat)
         if stack is None and (action == "hit" or action == "deferred") and self.site_of:
             stack = self.site_of.get(ptr)
         elif action == "deferred" and ptr is not None:
@@ -520,6 +524,25 @@ class Log:
             self.errors[k] = self.errors.get(k, 0) + 1
         if self.top:
             self.offer_slow(lat, t, tid, "call", api, ptr, nbytes, result, action)
+
+    def on_log_mode_call(self, reg, ptr, nbytes, lat):
+        """Log mode: count registers that the pool would have served (the same
+        address and size registered and unregistered before) and their cost."""
+        r = self.registered
+        if reg:
+            key = (ptr, nbytes)
+            prev = r.get(key, False)
+            if prev is not False and prev is not None:
+                self.f["rereg"] += 1
+                self.f["rereg_ns"] += lat + prev
+            if key in r or len(r) < PTR_MEMORY:
+                r[key] = None
+            if ptr in self.last_size or len(self.last_size) < PTR_MEMORY:
+                self.last_size[ptr] = nbytes
+        else:
+            nb = self.last_size.get(ptr)
+            if nb is not None and r.get((ptr, nb), False) is None:
+                r[(ptr, nb)] = lat
 
     def on_real_register(self, t, ptr, nbytes, action):
         f = self.f
@@ -1417,7 +1440,10 @@ def advise(logs, procs, pool):
             "it pooled", pids=list(shared))
 
     unwatched = reason_calls("unwatched")
-    hooks = [p for p in procs if p["watch"] == "hooks"]
+    # only where the pool ran (log mode never uses the watch) and the user did
+    # not choose the hooks (LAZYPIN_WATCH=hooks)
+    hooks = [p for p in procs if p["watch"] == "hooks" and p["mode"] == "defer"
+             and (p["config"] or {}).get("watch") != "hooks"]
     if hooks or unwatched:
         why = sorted({p["watch_reason"] for p in hooks if p["watch_reason"]})
         n = sum(unwatched.values())
@@ -1448,6 +1474,19 @@ def advise(logs, procs, pool):
                                         fmt_bytes(total("busy_bytes"))),
             "synchronize the stream that uses a pinned buffer before freeing or unmapping it",
             pids=pids_with("busy"))
+
+    # log mode: registers of an address and size registered before would be hits
+    n = total("rereg")
+    regs = sum(g.n for log in logs for k, g in log.groups.items()
+               if k[2] is not None and not k[3] and log.mode == "log")
+    if n >= 2 and n * 4 >= regs:
+        est = total("rereg_ns")
+        add("defer",
+            "%d of %d registers were of an address and size registered before (with an "
+            "unregister between): in defer mode they would be pool hits" % (n, regs),
+            "try --defer (LAZYPIN_MODE=defer): estimated %s saved, the time these registers "
+            "and the unregisters before them took here" % fmt_ns(est),
+            {"LAZYPIN_MODE": "defer"}, pids_with("rereg"))
 
     n = total("pattern")
     real = sum(g.n for log in logs for k, g in log.groups.items()

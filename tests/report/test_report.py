@@ -724,6 +724,104 @@ class Advice(unittest.TestCase):
             b.reg(p, M4, 170 * US, "miss").unreg(p, 500, "deferred").evict(p, M4, "free", 90 * US)
         self.assertEqual(list(self.advice(b)), ["pattern"])
 
+    def test_kernel_watch_not_advised_in_log_mode(self):
+        # log mode never uses the watch: its header says hooks, with no reason
+        b = LogBuilder("log", watch="hooks", watch_reason="")
+        p = 0x7f0000000000
+        b.reg(p, M1, 100 * US, "forward").unreg(p, 50 * US, "forward")
+        self.assertEqual(self.advice(b), {})
+
+    def test_kernel_watch_not_advised_when_the_user_chose_hooks(self):
+        b = LogBuilder(watch="hooks", watch_reason="LAZYPIN_WATCH=hooks", config={"watch": "hooks"})
+        p = 0x7f0000000000
+        b.reg(p, M1, 100 * US, "miss").unreg(p, 500, "deferred")
+        self.assertEqual(self.advice(b), {})
+
+    def test_kernel_watch_unavailable_in_defer_mode_without_passthroughs(self):
+        b = LogBuilder(watch="hooks", watch_reason="userfaultfd: EPERM", config={"watch": "auto"})
+        p = 0x7f0000000000
+        b.reg(p, M1, 100 * US, "miss").unreg(p, 500, "deferred")
+        a = self.advice(b)
+        self.assertEqual(list(a), ["watch"])
+        self.assertIn("lazypin relied on its hooks alone", a["watch"]["finding"])
+
+    def test_log_mode_reregistrations_advise_defer(self):
+        b = LogBuilder("log")
+        p = 0x7f0000000000
+        for _ in range(606):
+            b.reg(p, M4, 170 * US, "forward").unreg(p, 90 * US, "forward")
+        a = self.advice(b)
+        self.assertEqual(list(a), ["defer"])
+        self.assertIn("605 of 606 registers were of an address and size registered before",
+                      a["defer"]["finding"])
+        # 605 registers (170 us) and the unregisters before them (90 us)
+        self.assertIn("estimated %s saved" % load_module().fmt_ns(605 * 260 * US),
+                      a["defer"]["suggestion"])
+        self.assertEqual(a["defer"]["setting"], {"LAZYPIN_MODE": "defer"})
+        out = report(os.path.join(self.d, "x.jsonl")).stdout
+        self.assertIn("try --defer", out)
+
+    def test_log_mode_distinct_buffers_do_not_advise_defer(self):
+        b = LogBuilder("log")
+        for i in range(50):
+            p = 0x7f0000000000 + i * (8 << 20)
+            b.reg(p, M4, 170 * US, "forward").unreg(p, 90 * US, "forward")
+        # the same address with another size is not a hit either
+        p = 0x7f0000000000
+        b.reg(p, M1, 100 * US, "forward").unreg(p, 50 * US, "forward")
+        self.assertEqual(self.advice(b), {})
+
+    def test_defer_mode_reregistrations_do_not_advise_defer(self):
+        b = LogBuilder("defer")
+        p = 0x7f0000000000
+        b.reg(p, M4, 170 * US, "miss").unreg(p, 500, "deferred")
+        for _ in range(100):
+            b.reg(p, M4, 1 * US, "hit").unreg(p, 500, "deferred")
+        self.assertEqual(self.advice(b), {})
+
+    def test_lru_evictions_from_too_few_bytes(self):
+        # the pool's bytes were full (peak at the bound): raise the bytes
+        b = LogBuilder(config={"pool_bytes": 8 << 20, "pool_entries": 65536})
+        bufs = [0x7f0000000000 + i * (8 << 20) for i in range(3)]
+        for k in range(30):
+            p = bufs[k % 3]
+            b.reg(p, M4, 170 * US, "miss").unreg(p, 500, "deferred")
+            if k >= 2:
+                b.evict(bufs[(k - 2) % 3], M4, "lru", 90 * US)
+        path = b.write(os.path.join(self.d, "x.jsonl"))
+        with open(path) as f:
+            lines = f.read().splitlines()
+        summ = json.loads(lines[-1])
+        summ["pool"] = {"peak_bytes": 8 << 20, "peak_entries": 2}
+        lines[-1] = json.dumps(summ)
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        a = {x["rule"]: x for x in report_json(path)["advice"]}
+        self.assertEqual(list(a), ["lru_bytes"])
+        self.assertEqual(a["lru_bytes"]["setting"], {"LAZYPIN_POOL_BYTES": "16M"})
+
+    def test_unregisters_that_kept_their_wait(self):
+        b = LogBuilder()
+        p = 0x7f0000000000
+        for _ in range(2):
+            b.reg(p, M1, 100 * US, "miss").unreg(p, 50 * US, "passthrough", reason="wait")
+        a = self.advice(b)
+        self.assertEqual(list(a), ["wait"])
+        self.assertIn("2 unregisters kept their bare semantics", a["wait"]["finding"])
+
+    def test_few_frees_do_not_make_the_pattern(self):
+        # one buffer freed among many reused: not the allocate-pin-free pattern
+        b = LogBuilder()
+        bufs = [0x7f0000000000 + i * (8 << 20) for i in range(8)]
+        for p in bufs:
+            b.reg(p, M4, 170 * US, "miss").unreg(p, 500, "deferred")
+        b.evict(bufs[0], M4, "free", 90 * US)
+        b.reg(0x7f1000000000, M4, 170 * US, "miss").unreg(0x7f1000000000, 500, "deferred")
+        for _ in range(5):
+            for p in bufs[1:]:
+                b.reg(p, M4, 1 * US, "hit").unreg(p, 500, "deferred")
+        self.assertEqual(self.advice(b), {})
+
     def test_mode_not_the_one_asked_for(self):
         b = LogBuilder("log", mode_requested="defer", mode_reason="self-test failed: cuMemHostRegister 201")
         b.reg(0x7f0000000000, M1, 100 * US, "forward")
