@@ -447,6 +447,11 @@ class Log:
         # (action, size class) -> time of evictions made inside hits and deferrals
         self.recent_evictions = {}
         self.in_call_evictions = {}
+        # a bounded log (LAZYPIN_LOG_MAX): where its per-call records end, and
+        # the shim's last tally of the calls after that
+        self.cut_at = None
+        self.log_max = None
+        self.tally = None
         # auto-pins (LAZYPIN_AUTOPIN): {"pins", "failed", "bytes", "register_ns", "apis": {api: n}}
         self.autopin = {"pins": 0, "failed": 0, "bytes": 0, "register_ns": 0, "apis": {}}
         self.last_size = {}         # log mode: ptr -> bytes of its last register
@@ -657,6 +662,11 @@ class Log:
                 a["apis"][api] = a["apis"].get(api, 0) + 1
             else:
                 a["failed"] += 1
+        elif kind == "log_cut":
+            self.cut_at = as_int(rec.get("t_ns"))
+            self.log_max = as_int(rec.get("log_max"), None)
+        elif kind == "tally":
+            self.tally = rec
         elif kind == "header":
             self.on_header(rec, lineno)
         elif kind == "warning":
@@ -839,8 +849,85 @@ class Log:
                 % (self.path, skipped, "" if skipped == 1 else "s", first_skipped))
         return content
 
+    def merge_tally(self):
+        """Adds the shim's tally of the calls past the log's bound to the
+        groups read from the records: the tables stay exact."""
+        if self.cut_at is None:
+            return
+        t = self.tally
+        if not isinstance(t, dict):
+            self.reader_warnings.append(
+                "%s: per-call records end at t=%.3f s (LAZYPIN_LOG_MAX) and no tally of the "
+                "calls after it was written (the process ended before its first); tables "
+                "count only the calls before" % (self.path, self.cut_at / 1e9))
+            return
+
+        def agg(r):
+            a = Agg()
+            a.n = max(0, as_int(r.get("n")))
+            a.errors = max(0, as_int(r.get("errors")))
+            a.bytes = max(0, as_int(r.get("bytes")))
+            a.total = max(0, as_int(r.get("total_ns")))
+            sq = r.get("sq")
+            a.sq = sq if isinstance(sq, (int, float)) and not isinstance(sq, bool) else 0
+            a.max = max(0, as_int(r.get("max_ns")))
+            for pair in r.get("hist") or []:
+                if isinstance(pair, list) and len(pair) == 2:
+                    i, n = as_int(pair[0]), as_int(pair[1])
+                    a.b[i] = a.b.get(i, 0) + n
+            return a
+
+        for c in t.get("calls") or []:
+            if not isinstance(c, dict):
+                continue
+            api = str(c.get("api", "?"))
+            action = host_action(api, str(c.get("action", "?")))
+            sclass = c.get("size_class") if isinstance(c.get("size_class"), str) else None
+            result = as_int(c.get("result"))
+            reason = c.get("reason") if isinstance(c.get("reason"), str) else None
+            stack = as_int(c.get("stack"), 0) or None
+            key = (api, action, sclass, result != 0, c.get("warm") is True,
+                   c.get("evicted") is True, reason, stack)
+            a = agg(c)
+            g = self.groups.get(key)
+            if g is None:
+                g = self.groups[key] = Agg()
+            g.merge(a)
+            self.calls += a.n
+            if result != 0:
+                self.errors[(result, api)] = self.errors.get((result, api), 0) + a.n
+            ns = as_int(c.get("in_call_evictions_ns"))
+            if ns:
+                k = (action, sclass)
+                self.in_call_evictions[k] = self.in_call_evictions.get(k, 0) + ns
+        for e in t.get("evictions") or []:
+            if not isinstance(e, dict):
+                continue
+            forced = e.get("forced") is True
+            key = (str(e.get("reason", "?")), e.get("error") is True, forced, None)
+            a = agg(e)
+            if forced:
+                a.forced = a.n
+                self.f["busy"] += a.n
+                self.f["busy_bytes"] += a.bytes
+            g = self.egroups.get(key)
+            if g is None:
+                g = self.egroups[key] = Agg()
+            g.merge(a)
+        t_ns = as_int(t.get("t_ns"))
+        end = as_int((self.summary or {}).get("t_ns"), None)
+        note = ("%s: per-call records end at t=%.3f s (the log's bound, LAZYPIN_LOG_MAX=%s); "
+                "counts, times and histograms after it come from the shim's tally"
+                % (self.path, self.cut_at / 1e9, fmt_bytes(self.log_max) if self.log_max else "?"))
+        if end is not None and t_ns < end and (self.summary or {}).get("ended_by") != "exit":
+            note += " as of t=%.3f s (the process ended at %.3f s, before its next tally)" % (
+                t_ns / 1e9, end / 1e9)
+        self.reader_warnings.append(note)
+        self.last_t = max(self.last_t or 0, t_ns)
+
     def check(self):
         """Warnings about the file as a whole, once it is read."""
+        self.merge_tally()
         path = self.path
         if self.header is None:
             self.reader_warnings.append(

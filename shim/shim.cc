@@ -41,6 +41,7 @@
 #include "records.h"
 #include "state.h"
 #include "stats.h"
+#include "tally.h"
 #include "thread_state.h"
 
 extern char** environ;
@@ -192,6 +193,15 @@ class Shim final : public DispatchEnv, public PoolObserver, public HostAllocObse
   int StackOf(Action action, uint64_t what, uintptr_t ptr, size_t bytes);
   std::unique_ptr<CallSites> sites_;  // with a log and LAZYPIN_STACKS on
   Stats stats_;
+  // The log's bound (LAZYPIN_LOG_MAX): the Formatter's, on the writer thread
+  // (then on the exiting thread once the writer has ended).
+  uint64_t log_bytes_ = 0;
+  bool log_cut_ = false;
+  int64_t log_cut_ns_ = 0, last_tally_ns_ = 0;
+  Tally tally_;
+  // Past the bound: counts the call in the tally, and makes `line` the cut's
+  // record (once) or a tally record every kTallyEveryNs. True: past it.
+  bool PastLogBound(int64_t t_ns, std::string* line);
   std::unique_ptr<MemWatch> watch_;
   std::string watch_reason_;  // why the kernel watch is not on
   std::unique_ptr<PoolDriver> pool_driver_;
@@ -552,22 +562,34 @@ void Shim::FormatEntry(const LogEntry& e, std::string* line) {
     case LogEntry::Kind::kCall: {
       const Api api = static_cast<Api>(e.api);
       const Action action = static_cast<Action>(e.action);
-      stats_.RecordCall(api, e.bytes, e.result, e.latency_ns, action, e.tid, e.t_ns, e.call.evicted);
+      const CallFacts facts = stats_.RecordCall(api, e.bytes, e.result, e.latency_ns, action, e.tid,
+                                                e.t_ns, e.call.evicted);
+      if (PastLogBound(e.t_ns, line)) {
+        tally_.AddCall(api, action, e.bytes, e.result, e.latency_ns, e.call.evicted,
+                       static_cast<PassReason>(e.reason), e.stack, facts);
+        return;
+      }
       const CallRecord record{
           ProgramCall{api, static_cast<Via>(e.via), reinterpret_cast<void*>(e.ptr), e.bytes,
                       e.call.flags},
           e.result, e.latency_ns, action, e.call.evicted, static_cast<PassReason>(e.reason)};
       line->append(CallRecordLine(e.t_ns, e.tid, record, e.stack).view());
+      log_bytes_ += line->size() + 1;
       return;
     }
     case LogEntry::Kind::kEvict: {
       stats_.RecordEvict(e.latency_ns, e.result, e.tid, e.t_ns);
+      if (PastLogBound(e.t_ns, line)) {
+        tally_.AddEvict(static_cast<EvictReason>(e.reason), e.result, e.forced, e.bytes, e.latency_ns);
+        return;
+      }
       ReleaseWait wait;
       wait.waited_ns = e.waited_ns;
       wait.forced = e.forced;
       line->append(EvictRecordLine(e.t_ns, e.tid, e.ptr, e.bytes, static_cast<EvictReason>(e.reason),
                                    e.result, e.latency_ns, wait, e.stack)
                        .view());
+      log_bytes_ += line->size() + 1;
       return;
     }
     case LogEntry::Kind::kStack:
@@ -584,6 +606,21 @@ void Shim::FormatEntry(const LogEntry& e, std::string* line) {
     case LogEntry::Kind::kText:
       return;  // the log writes those itself
   }
+}
+
+bool Shim::PastLogBound(int64_t t_ns, std::string* line) {
+  if (!log_cut_) {
+    if (config_.log_max == 0 || log_bytes_ < config_.log_max) return false;
+    log_cut_ = true;
+    log_cut_ns_ = last_tally_ns_ = t_ns;
+    *line = fmt::format(R"({{"type":"log_cut","t_ns":{},"log_max":{}}})", t_ns, config_.log_max);
+    return true;
+  }
+  if (t_ns - last_tally_ns_ >= kTallyEveryNs) {
+    last_tally_ns_ = t_ns;
+    *line = tally_.Record(t_ns, log_cut_ns_);
+  }
+  return true;
 }
 
 void Shim::OnHostRelease(uintptr_t ptr, size_t bytes, EvictReason reason, int result,
@@ -629,7 +666,11 @@ void Shim::AtExit() {
   std::string log_note;
   if (log_) {
     // The summary is made once the writer has counted every record.
-    log_->Close([&] { return stats_.SummaryJson(counters, SinceStart(), "exit", host); });
+    log_->Close([&] {
+      const int64_t now = SinceStart();
+      const std::string tally = log_cut_ ? tally_.Record(now, log_cut_ns_) + "\n" : "";
+      return tally + stats_.SummaryJson(counters, now, "exit", host);
+    });
     // No file: the writer said why on stderr when it could not create it.
     const std::string failure = log_->failure();
     if (log_->has_file()) {

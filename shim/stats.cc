@@ -67,21 +67,22 @@ const char* SizeClassName(int size_class) {
   return kNames[size_class];
 }
 
-void Stats::RecordCall(Api api, size_t bytes, int result, int64_t latency_ns, Action action,
-                       int tid, int64_t t_ns, int evicted) {
+CallFacts Stats::RecordCall(Api api, size_t bytes, int result, int64_t latency_ns, Action action,
+                            int tid, int64_t t_ns, int evicted) {
   std::lock_guard<std::mutex> lock(mu_);
+  CallFacts facts;
   by_api_[static_cast<int>(api)].Add(bytes, result, latency_ns);
-  if (IsHostAllocApi(api)) return;  // the host-allocation cache counts its own (HostAllocCounters)
+  if (IsHostAllocApi(api)) return facts;  // the host-allocation cache counts its own (HostAllocCounters)
+  if (evicted > 0) facts.in_call_evictions_ns = InCallEvictionsNs(tid, t_ns, latency_ns, evicted);
   const bool pooled = action == Action::kHit || action == Action::kDeferred;
-  const int64_t net = pooled && evicted > 0
-                          ? latency_ns - InCallEvictionsNs(tid, t_ns, latency_ns, evicted)
-                          : latency_ns;
+  const int64_t net = pooled ? latency_ns - facts.in_call_evictions_ns : latency_ns;
   if (IsRegister(api)) {
     const int c = SizeClass(bytes);
     by_size_[c].Add(bytes, result, latency_ns);
     if (action == Action::kHit) hit_[c].Add(static_cast<double>(net));
     if (result == 0 && (action == Action::kMiss || action == Action::kForward)) {
-      if (real_register_seen_ && evicted == 0) warm_register_[c].Add(static_cast<double>(latency_ns));
+      facts.warm = real_register_seen_ && evicted == 0;
+      if (facts.warm) warm_register_[c].Add(static_cast<double>(latency_ns));
       real_register_seen_ = true;
     }
   } else {
@@ -90,6 +91,7 @@ void Stats::RecordCall(Api api, size_t bytes, int result, int64_t latency_ns, Ac
       real_unregister_.Add(static_cast<double>(latency_ns));
     }
   }
+  return facts;
 }
 
 void Stats::RecordEvict(int64_t latency_ns, int result, int tid, int64_t t_ns) {

@@ -28,11 +28,12 @@ class LatencyHistogram {
   int64_t Percentile(double q) const;  // q in [0, 1]
   uint64_t count() const { return count_; }
   int64_t max() const { return max_; }
+  // The bucket of `v` (the report's hist_index reads the same buckets).
+  static int Index(uint64_t v);
 
  private:
   static constexpr int kSubBits = 5;
   static constexpr int kBuckets = (64 - kSubBits + 1) << kSubBits;
-  static int Index(uint64_t v);
   static uint64_t Midpoint(int index);
   std::array<uint32_t, kBuckets> buckets_ = {};
   uint64_t count_ = 0;
@@ -81,13 +82,19 @@ std::string SavingText(const Saving& saving);
 // The report's time format (850 ns, 43.2 us, 171 us, 1.90 ms, 2.31 s).
 std::string FormatNs(int64_t ns);
 
+// What Stats::RecordCall found about one call, for the tally (tally.h).
+struct CallFacts {
+  bool warm = false;               // a warm real register (one that prices hits)
+  int64_t in_call_evictions_ns = 0;  // the evictions made inside it
+};
+
 class Stats {
  public:
   // One program call; `action` says whether the driver really did the work
   // (then its latency measures the driver, for the time-saved estimate).
   // `tid`, `t_ns` (its end) and `evicted` place the evictions made inside it.
-  void RecordCall(Api api, size_t bytes, int result, int64_t latency_ns, Action action,
-                  int tid = 0, int64_t t_ns = 0, int evicted = 0);
+  CallFacts RecordCall(Api api, size_t bytes, int result, int64_t latency_ns, Action action,
+                       int tid = 0, int64_t t_ns = 0, int evicted = 0);
   // One eviction (lazypin's real unregister), ended at `t_ns` on thread `tid`.
   void RecordEvict(int64_t latency_ns, int result = 0, int tid = 0, int64_t t_ns = 0);
   Saving SavingEstimate() const;

@@ -8,6 +8,9 @@ for them, release at exit, a Python client through ctypes) and holds:
     and the report of that one log print the same saving text;
   - the report of the directory of all those logs prints, per process, the
     same figure, and as the run's figure their sum;
+  - a log bounded by LAZYPIN_LOG_MAX stays small, and its report's tables
+    (calls, errors, bytes, total, percentiles per API and size class) are the
+    shim's exact summary, its saving the exit summary's;
   - --compare of a log-mode run of the same program with its defer run gives
     a measured figure and refuses runs of other programs or arguments unless
     --force, naming what differs.
@@ -127,6 +130,36 @@ def main(build):
         if "not estimable" in text.split("== pool")[1].split("==")[0] and doc["pool"]["saving"]["estimable"]:
             fail("the directory report calls an estimable saving not estimable:\n" + text)
         print("ok directory: %s" % doc["pool"]["saving"]["text"])
+
+        # a bounded log: per-call records stop, the tables stay exact
+        bounded = os.path.join(d, "bounded")
+        os.mkdir(bounded)
+        log, err = run_app(build, bounded, "loop", [os.path.join(apps, "loop_shared"), "--sizes",
+                           "64K,1M", "--iters", "400", "--modes", "reg"], LAZYPIN_LOG_MAX="64K")
+        if os.path.getsize(log) > 96 << 10:
+            fail("bounded log of %d bytes" % os.path.getsize(log))
+        kinds = [json.loads(l)["type"] for l in open(log)]
+        if kinds.count("log_cut") != 1 or kinds.count("tally") < 1 or kinds[-1] != "summary":
+            fail("bounded log's records: %r" % sorted(set(kinds)))
+        summary = [json.loads(l) for l in open(log) if '"type":"summary"' in l][0]
+        doc = report_json(log)
+        for table, key in (("apis", "apis"), ("size_classes", "size_classes")):
+            for name, want in summary[key].items():
+                label = name
+                got = doc[table].get(label)
+                if got is None:
+                    fail("bounded: %s %s missing from the report" % (table, name))
+                for k in ("calls", "errors", "bytes", "total_ns", "p50_ns", "p90_ns", "p99_ns", "max_ns"):
+                    if k == "bytes" and table == "apis" and "Unregister" in name:
+                        continue
+                    if got[k] != want[k]:
+                        fail("bounded: %s %s %s: report %r, shim %r" % (table, name, k, got[k], want[k]))
+        m = POOL_LINE.search(err)
+        if not m or doc["pool"]["saving"]["text"] != m.group(1):
+            fail("bounded: saving %r vs %r" % (doc["pool"]["saving"]["text"], m and m.group(1)))
+        if not any("per-call records end at" in w["message"] for w in doc["warnings"]):
+            fail("bounded: the report does not say where the timeline ends")
+        print("ok bounded log: %d bytes, tables exact" % os.path.getsize(log))
 
         # --compare: the same program bare, then refused against another
         argv = cases[0][1]
