@@ -1128,9 +1128,14 @@ def process_info(log):
 
 # ---- what the pool saved: the one definition (the shim's Saving, shim/stats.h)
 
+# a price rests on at least this many real calls (the shim's kMinPriceCalls)
+MIN_PRICE_CALLS = 3
+
+
 def _price(agg):
-    """(calls, mean, variance of the mean) of an Agg of real calls, or None."""
-    if agg is None or agg.n == 0:
+    """(calls, mean, variance of the mean) of an Agg of real calls, or None
+    (fewer than MIN_PRICE_CALLS)."""
+    if agg is None or agg.n < MIN_PRICE_CALLS:
         return None
     n = agg.n
     mean = agg.total / n
@@ -1242,8 +1247,8 @@ def saving_text(sv):
     """The saving as one line: for one process exactly the shim's exit summary
     (SavingText in shim/stats.cc)."""
     if not sv["estimable"]:
-        return ("saving not estimable (no real call of the same kind in this process to price the "
-                "hits and deferrals): compare with a log-mode run")
+        return ("saving not estimable (fewer than %d real calls of a kind in this process to price "
+                "the hits and deferrals): compare with a log-mode run" % MIN_PRICE_CALLS)
     saved = sv["saved_ns"]
     out = ("saved " + fmt_ns(saved)) if saved >= 0 else ("cost %s more than it saved" % fmt_ns(-saved))
     if sv["spread_ns"] > 0:
@@ -1265,7 +1270,9 @@ SAVING_METHOD = (
     "of its size class (the process's first register and registers that evicted are left out), "
     "each deferred unregister at the mean real unregister (else the mean eviction), minus the "
     "hit's or deferral's own time; every eviction lazypin made counted as cost; +/- is two "
-    "standard errors of those means. The shim's exit summary prints the same figure.")
+    "standard errors of those means; a price rests on at least %d real calls, and a hit or "
+    "deferral without them counts 0. The shim's exit summary prints the same figure."
+    % MIN_PRICE_CALLS)
 
 
 # ---- call sites

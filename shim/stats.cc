@@ -139,7 +139,7 @@ Saving Stats::SavingLocked() const {
   for (int c = 0; c < kSizeClasses; ++c) {
     const Moments& h = hit_[c];
     out.hits += h.n;
-    if (h.n == 0 || warm_register_[c].n == 0) continue;
+    if (h.n == 0 || warm_register_[c].n < kMinPriceCalls) continue;
     const Moments& p = warm_register_[c];
     out.hits_priced += h.n;
     out.price_calls += p.n;
@@ -147,8 +147,8 @@ Saving Stats::SavingLocked() const {
     variance += double(h.n) * double(h.n) * p.VarianceOfMean();
   }
   out.deferred = deferred_.n;
-  const Moments& u = real_unregister_.n ? real_unregister_ : good_evictions_;
-  if (deferred_.n != 0 && u.n != 0) {
+  const Moments& u = real_unregister_.n >= kMinPriceCalls ? real_unregister_ : good_evictions_;
+  if (deferred_.n != 0 && u.n >= kMinPriceCalls) {
     out.deferred_priced = deferred_.n;
     out.price_calls += u.n;
     saved += deferred_.n * u.Mean() - deferred_.sum;
@@ -189,8 +189,10 @@ std::string FormatNs(int64_t ns) {
 
 std::string SavingText(const Saving& s) {
   if (!s.Estimable()) {
-    return "saving not estimable (no real call of the same kind in this process to price the "
-           "hits and deferrals): compare with a log-mode run";
+    return fmt::format(
+        "saving not estimable (fewer than {} real calls of a kind in this process to price the "
+        "hits and deferrals): compare with a log-mode run",
+        kMinPriceCalls);
   }
   std::string out = s.saved_ns >= 0 ? "saved " + FormatNs(s.saved_ns)
                                     : "cost " + FormatNs(-s.saved_ns) + " more than it saved";

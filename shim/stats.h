@@ -63,9 +63,11 @@ const char* SizeClassName(int size_class);
 //     call, else (none forwarded) the mean successful eviction;
 //   saved = sum over priced hits and deferrals of (price - the call's own
 //     time, less any eviction made inside it) - every eviction's time.
-// A hit or deferral with no real call of its kind to price it counts 0 and
-// is counted as unpriced. spread_ns: two standard errors of the prices
+// A price rests on at least kMinPriceCalls real calls: a hit or deferral
+// without as many of its kind to price it counts 0 and is counted as
+// unpriced (one cold call made estimates many times the run's length). spread_ns: two standard errors of the prices
 // (about a 95% interval on the estimate); 0 where a price rests on one call.
+inline constexpr uint64_t kMinPriceCalls = 3;
 struct Saving {
   int64_t saved_ns = 0;
   int64_t spread_ns = 0;
