@@ -1220,26 +1220,36 @@ def saving_of(log):
         out["evictions"] += g.n
         out["evictions_ns"] += g.total
     saved -= out["evictions_ns"]
-    out["saved_ns"] = int(round(saved))
-    out["spread_ns"] = int(round(2 * math.sqrt(variance)))
+    out["saved_ns"] = round_ns(saved)
+    out["spread_ns"] = round_ns(2 * math.sqrt(variance))
     out["estimable"] = bool(out["hits_priced"] + out["deferred_priced"]
                             or (out["hits"] + out["deferred"] == 0 and out["evictions"]))
     return out
 
 
+def round_ns(v):
+    """Round half away from zero, as the shim (RoundNs in shim/stats.cc)."""
+    return int(math.floor(v + 0.5)) if v >= 0 else -int(math.floor(-v + 0.5))
+
+
 def saving_total(savings):
-    """Several processes' savings: summed, spreads in quadrature."""
+    """Several processes' savings: the estimable ones' figures summed (spreads
+    in quadrature), the others counted."""
     out = {"saved_ns": 0, "spread_ns": 0, "hits": 0, "hits_priced": 0, "deferred": 0,
            "deferred_priced": 0, "evictions": 0, "evictions_ns": 0, "price_calls": 0,
-           "processes": 0, "estimable": False}
+           "processes": 0, "not_estimable": 0, "estimable": False}
     var = 0.0
     for sv in savings:
-        for k in ("saved_ns", "hits", "hits_priced", "deferred", "deferred_priced",
+        for k in ("hits", "hits_priced", "deferred", "deferred_priced",
                   "evictions", "evictions_ns", "price_calls", "processes"):
             out[k] += sv[k]
-        var += float(sv["spread_ns"]) ** 2
-        out["estimable"] = out["estimable"] or sv["estimable"]
-    out["spread_ns"] = int(round(math.sqrt(var)))
+        if sv["estimable"]:
+            out["saved_ns"] += sv["saved_ns"]
+            var += float(sv["spread_ns"]) ** 2
+            out["estimable"] = True
+        elif sv["hits"] + sv["deferred"] + sv["evictions"]:
+            out["not_estimable"] += 1
+    out["spread_ns"] = round_ns(math.sqrt(var))
     return out
 
 
@@ -1248,7 +1258,8 @@ def saving_text(sv):
     (SavingText in shim/stats.cc)."""
     if not sv["estimable"]:
         return ("saving not estimable (fewer than %d real calls of a kind in this process to price "
-                "the hits and deferrals): compare with a log-mode run" % MIN_PRICE_CALLS)
+                "the hits and deferrals): measure it with --compare against a bare run"
+                % MIN_PRICE_CALLS)
     saved = sv["saved_ns"]
     out = ("saved " + fmt_ns(saved)) if saved >= 0 else ("cost %s more than it saved" % fmt_ns(-saved))
     if sv["spread_ns"] > 0:
@@ -1256,7 +1267,9 @@ def saving_text(sv):
     n = sv["price_calls"]
     if sv["processes"] > 1:
         out += " (estimated, each of %d processes from its own real calls, %d in all" % (
-            sv["processes"], n)
+            sv["processes"] - sv.get("not_estimable", 0), n)
+        if sv.get("not_estimable"):
+            out += "; %d processes not estimable, left out" % sv["not_estimable"]
     else:
         out += " (estimated from %d real call%s of this run" % (n, "" if n == 1 else "s")
     unpriced = (sv["hits"] - sv["hits_priced"]) + (sv["deferred"] - sv["deferred_priced"])

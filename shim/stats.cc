@@ -128,6 +128,27 @@ double Stats::Moments::VarianceOfMean() const {
   return var > 0 ? var / n : 0.0;
 }
 
+namespace {
+
+// Without libm (the shim links libc alone): the report rounds and takes the
+// root alike (round half away from zero; a root exact to an ulp).
+int64_t RoundNs(double v) {
+  return v >= 0 ? static_cast<int64_t>(v + 0.5) : -static_cast<int64_t>(-v + 0.5);
+}
+
+double Sqrt(double x) {
+  if (!(x > 0)) return 0;
+  double r = x > 1 ? x : 1;  // Newton's iteration from above decreases to the root
+  for (int i = 0; i < 200; ++i) {
+    const double next = 0.5 * (r + x / r);
+    if (next >= r) break;
+    r = next;
+  }
+  return r;
+}
+
+}  // namespace
+
 Saving Stats::SavingEstimate() const {
   std::lock_guard<std::mutex> lock(mu_);
   return SavingLocked();
@@ -157,8 +178,8 @@ Saving Stats::SavingLocked() const {
   out.evictions = evictions_;
   out.evictions_ns = evictions_ns_;
   saved -= static_cast<double>(evictions_ns_);
-  out.saved_ns = std::llround(saved);
-  out.spread_ns = std::llround(2 * std::sqrt(variance));
+  out.saved_ns = RoundNs(saved);
+  out.spread_ns = RoundNs(2 * Sqrt(variance));
   return out;
 }
 
@@ -191,7 +212,7 @@ std::string SavingText(const Saving& s) {
   if (!s.Estimable()) {
     return fmt::format(
         "saving not estimable (fewer than {} real calls of a kind in this process to price the "
-        "hits and deferrals): compare with a log-mode run",
+        "hits and deferrals): measure it with --compare against a bare run",
         kMinPriceCalls);
   }
   std::string out = s.saved_ns >= 0 ? "saved " + FormatNs(s.saved_ns)
