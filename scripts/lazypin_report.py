@@ -1266,8 +1266,9 @@ def saving_text(sv):
         out += " +/- " + fmt_ns(sv["spread_ns"])
     n = sv["price_calls"]
     if sv["processes"] > 1:
-        out += " (estimated, each of %d processes from its own real calls, %d in all" % (
-            sv["processes"] - sv.get("not_estimable", 0), n)
+        k = sv["processes"] - sv.get("not_estimable", 0)
+        out += " (estimated per process from its own real calls: %d process%s, %d call%s" % (
+            k, "" if k == 1 else "es", n, "" if n == 1 else "s")
         if sv.get("not_estimable"):
             out += "; %d processes not estimable, left out" % sv["not_estimable"]
     else:
