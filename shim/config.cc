@@ -175,7 +175,7 @@ const Option kOptions[] = {
      "a size in bytes with an optional K, M, G or T suffix, or 0",
      "bound on the log's size: past it lazypin writes no more per-call records and keeps "
      "exact counts, times and latency histograms per API, size class and call site instead "
-     "(a tally record every 10 s and at exit), so that the report's tables stay exact; 0: no bound",
+     "(tally records after 10 s, at doubling intervals up to 10 min, and at exit), so that the report's tables stay exact; 0: no bound",
      [](std::string_view t, uint64_t ram, Config* c) {
        if (t.find('%') != std::string_view::npos) return false;
        return Store(ParseSize(t, ram), &c->log_max);

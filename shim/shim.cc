@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -197,10 +198,11 @@ class Shim final : public DispatchEnv, public PoolObserver, public HostAllocObse
   // (then on the exiting thread once the writer has ended).
   uint64_t log_bytes_ = 0;
   bool log_cut_ = false;
-  int64_t log_cut_ns_ = 0, last_tally_ns_ = 0;
+  int64_t log_cut_ns_ = 0, last_tally_ns_ = 0, tally_interval_ns_ = kTallyFirstNs;
   Tally tally_;
-  // Past the bound: counts the call in the tally, and makes `line` the cut's
-  // record (once) or a tally record every kTallyEveryNs. True: past it.
+  // Past the bound: makes `line` the cut's record (once) or a tally record
+  // (tally.h: after 10 s, then at doubling intervals up to 10 min). True: past
+  // it (the caller counts the call in the tally).
   bool PastLogBound(int64_t t_ns, std::string* line);
   std::unique_ptr<MemWatch> watch_;
   std::string watch_reason_;  // why the kernel watch is not on
@@ -616,8 +618,9 @@ bool Shim::PastLogBound(int64_t t_ns, std::string* line) {
     *line = fmt::format(R"({{"type":"log_cut","t_ns":{},"log_max":{}}})", t_ns, config_.log_max);
     return true;
   }
-  if (t_ns - last_tally_ns_ >= kTallyEveryNs) {
+  if (t_ns - last_tally_ns_ >= tally_interval_ns_) {
     last_tally_ns_ = t_ns;
+    tally_interval_ns_ = std::min(2 * tally_interval_ns_, kTallyEveryNs);
     *line = tally_.Record(t_ns, log_cut_ns_);
   }
   return true;

@@ -1,7 +1,9 @@
 // tally: exact aggregates of the per-call records a bounded log no longer
 // writes (LAZYPIN_LOG_MAX). Past the bound the log keeps its header, stacks,
 // warnings and summary, and instead of each call and evict record a "tally"
-// record (docs/log-format.md) written every kTallyEveryNs and at exit: per
+// record (docs/log-format.md) written kTallyFirstNs after the cut, then at
+// doubling intervals up to kTallyEveryNs (so that a job of days adds a few
+// MiB of them), and at exit: per
 // group of calls, keyed as the report groups them (API, action, size class,
 // result, warm, evicted inside, reason, call site), and per group of
 // evictions (reason, error, forced), the count, errors, bytes, total time,
@@ -24,7 +26,8 @@
 
 namespace lazypin {
 
-inline constexpr int64_t kTallyEveryNs = int64_t{10} * 1000 * 1000 * 1000;
+inline constexpr int64_t kTallyFirstNs = int64_t{10} * 1000 * 1000 * 1000;
+inline constexpr int64_t kTallyEveryNs = int64_t{600} * 1000 * 1000 * 1000;
 
 class Tally {
  public:
