@@ -341,6 +341,54 @@ class JsonReport(unittest.TestCase):
         self.assertIsNone(d["pool"]["peak_bytes"])
 
 
+class BriefSummary(unittest.TestCase):
+    def test_large_logs_are_summed_from_their_summaries(self):
+        # a log whose summary carries the shim's saving, as the shim writes it
+        b = LogBuilder("defer")
+        bufs = [0x7f0000000000 + i * (8 << 20) for i in range(4)]
+        b.reg(bufs[3], M4, 300 * MS, "miss")
+        for p, lat in zip(bufs, (160, 170, 180)):
+            b.reg(p, M4, lat * US, "miss")
+        for p, lat in zip(bufs, (80, 90, 100)):
+            b.unreg(p, lat * US, "passthrough", reason="shared")
+        for k in range(30):
+            b.reg(bufs[k % 3], M4, 1 * US, "hit").unreg(bufs[k % 3], 500, "deferred")
+        d = tempfile.mkdtemp(prefix="lazypin-brief-")
+        try:
+            path = b.write(os.path.join(d, "p.jsonl"))
+            doc = report_json(path)
+            with open(path) as f:
+                lines = f.read().splitlines()
+            summ = json.loads(lines[-1])
+            sv = {k: doc["processes"][0]["saving"][k] for k in (
+                "saved_ns", "spread_ns", "hits", "hits_priced", "deferred", "deferred_priced",
+                "evictions", "evictions_ns", "price_calls")}
+            summ["apis"] = {api: {k: st[k] for k in ("calls", "errors", "total_ns", "p50_ns", "p99_ns")}
+                            for api, st in doc["apis"].items()}
+            summ["pool"] = {"hits": doc["pool"]["hits"], "misses": doc["pool"]["misses"], "saving": sv}
+            lines[-1] = json.dumps(summ)
+            with open(path, "w") as f:
+                f.write("\n".join(lines) + "\n")
+            m = load_module()
+            full = m.brief_summary([path])
+            m.BRIEF_READ_LIMIT = 0
+            brief = m.brief_summary([path])
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+        pool = [l for l in full.splitlines() if "pool:" in l]
+        self.assertEqual(len(pool), 1)
+        self.assertIn("saved", pool[0])
+        self.assertEqual(pool, [l for l in brief.splitlines() if "pool:" in l])
+        self.assertEqual([l for l in full.splitlines() if "cudaHostRegister" in l],
+                         [l for l in brief.splitlines() if "cudaHostRegister" in l])
+        self.assertIn("from the shim's summaries", brief)
+
+    def test_signal_summary_is_named(self):
+        m = load_module()
+        m.BRIEF_READ_LIMIT = 0
+        self.assertIn("without a full summary", m.brief_summary([fx("multi")+"/lazypin-python3-7002.jsonl"]))
+
+
 class Compare(unittest.TestCase):
     def test_json_ratios(self):
         d = report_json(fx("log_mode.jsonl"), "--compare", fx("defer_mode.jsonl"), "--force")
