@@ -1392,6 +1392,27 @@ class RunChild(unittest.TestCase):
         self.assertIn("pool: 18 hits / 20 registers (90%), saving not estimable", err)
         self.assertIn("lazypin: full report: lazypin report ", err)
 
+    def test_closing_summary_of_a_large_log_is_immediate(self):
+        # 64 MiB of call records, then the summary: the closing lines come
+        # from the summary at the end, within a second of the program
+        big = os.path.join(self.cwd, "big.src")
+        rec = ('{"type":"call","t_ns":1,"tid":1,"api":"cudaHostRegister","via":"symbol",'
+               '"ptr":"0x7f0000000000","bytes":4096,"flags":0,"result":0,"latency_ns":900,'
+               '"action":"forward","evicted":0}\n')
+        with open(fx("log_mode.jsonl")) as f:
+            lines = f.read().splitlines()
+        with open(big, "w") as f:
+            f.write(lines[0] + "\n")
+            f.write(rec * ((64 << 20) // len(rec)))
+            f.write(lines[-1] + "\n")
+        t0 = time.monotonic()
+        r = self.run_child("--", "sh", "-c", self.WRITE_LOG, big)
+        took = time.monotonic() - t0
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("from the shim's summaries", r.stderr)
+        self.assertRegex(r.stderr, r"cudaHostRegister\s+9\s+1")
+        self.assertLess(took, 5.0)   # the copy itself; reading the log would take ~10 s
+
     def test_closing_summary_several_processes(self):
         script = self.WRITE_LOG + '; sh -c \'cp "$0" "$(printf %s "$LAZYPIN_LOG" | sed "s/%p/$$/")"\' "$1"'
         r = self.run_child("--log", "job-%p.jsonl", "--", "sh", "-c", script,
