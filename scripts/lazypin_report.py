@@ -1610,9 +1610,9 @@ def advise(logs, procs, pool):
     return out
 
 
-# Copy rates for the auto-pin estimate: the H200's (issue 19: 64 MiB pageable
-# 9.4-11 ms, pinned 1.24-1.29 ms), as bytes per ns. The shim does not time the
-# pageable copies it no longer makes, so what a pinned copy saved is priced here.
+# Copy rates for the auto-pin indication: the H200's (docs/benchmarks.md: 64 MiB
+# pageable 9.4-11 ms, pinned 1.24-1.29 ms), as bytes per ns. The shim does not
+# time copies, so this is no rate of the machine a log comes from; the text says so.
 PAGEABLE_BYTES_PER_NS = 6.5
 PINNED_BYTES_PER_NS = 53.0
 
@@ -1636,7 +1636,8 @@ def autopin_summary(logs):
     per_byte = 1.0 / PAGEABLE_BYTES_PER_NS - 1.0 / PINNED_BYTES_PER_NS
     out["saved_ns_est"] = int(pinned_bytes * per_byte - out["register_ns"])
     out["method"] = ("%s copied at the pinned rate (first copies %s + later copies %s), priced at "
-                     "the H200's pageable %.1f GB/s vs pinned %.0f GB/s, minus the registers' "
+                     "the H200's pageable %.1f GB/s vs pinned %.0f GB/s (not this machine's: "
+                     "lazypin does not time copies; compare wall times), minus the registers' "
                      "measured %s" % (fmt_bytes(pinned_bytes), fmt_bytes(out["bytes"]),
                                       fmt_bytes(out["copy_bytes"] or 0), PAGEABLE_BYTES_PER_NS,
                                       PINNED_BYTES_PER_NS, fmt_ns(out["register_ns"])))
@@ -2156,7 +2157,7 @@ def render_text(doc, top=10):
             L.append("  later copies at the pinned rate: %d (%s); program registers served: %d; "
                      "left pageable for the bound: %d" % (ap["copies"], fmt_bytes(ap["copy_bytes"]),
                                                           ap["program_hits"], ap["over_bound"]))
-        L.append("  saved %s (estimated): %s" % (fmt_ns(ap["saved_ns_est"]), ap["method"]))
+        L.append("  saved about %s (indicative, at the H200's copy rates): %s" % (fmt_ns(ap["saved_ns_est"]), ap["method"]))
         if ap["apis"]:
             L.append("  by copy: " + ", ".join("%s %d" % kv for kv in sorted(ap["apis"].items())))
 
