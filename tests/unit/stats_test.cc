@@ -1,5 +1,6 @@
 // Tests of the histogram, the size classes and the summary (shim/stats.h).
 #include "stats.h"
+#include "tally.h"
 
 #include "pool.h"
 
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "fmt/format.h"
 #include "gtest/gtest.h"
 
 namespace lazypin {
@@ -338,6 +340,30 @@ TEST(StatsTest, EmptySummaryIsValidJson) {
   EXPECT_NE(json.find(R"("apis":{})"), std::string::npos);
   EXPECT_NE(json.find(R"("evictions":{})"), std::string::npos);
   EXPECT_NE(json.find(R"("saved_ns_est":0)"), std::string::npos);
+}
+
+TEST(TallyTest, RecordIsValidJsonWithTheGroupsAndBuckets) {
+  Tally t;
+  EXPECT_TRUE(t.empty());
+  CallFacts warm;
+  warm.warm = true;
+  t.AddCall(Api::kCudaHostRegister, Action::kForward, 4096, 0, 1000, 0, PassReason::kNone, 3, warm);
+  t.AddCall(Api::kCudaHostRegister, Action::kForward, 4096, 0, 1000, 0, PassReason::kNone, 3, warm);
+  t.AddCall(Api::kCudaHostUnregister, Action::kPassthrough, 0, 0, 40, 0, PassReason::kShared, 0,
+            CallFacts{});
+  t.AddEvict(EvictReason::kLru, 0, true, 4096, 500);
+  const std::string json = t.Record(2000, 1000);
+  EXPECT_TRUE(JsonChecker(json).Valid()) << json;
+  for (const char* key :
+       {R"({"type":"tally","t_ns":2000,"since_ns":1000,)",
+        R"("api":"cudaHostRegister","action":"forward","size_class":"4K","result":0,"warm":true,)",
+        R"("n":2,"errors":0,"bytes":8192,"total_ns":2000,"sq":2000000,"max_ns":1000,)",
+        R"("size_class":null,)", R"("reason":"shared")", R"("stack":3,)",
+        R"("evictions":[{"reason":"lru","error":false,"forced":true,"n":1,)"}) {
+    EXPECT_NE(json.find(key), std::string::npos) << key << " missing from " << json;
+  }
+  // the bucket of 1000 ns, as the histogram (and the report) index it
+  EXPECT_NE(json.find(fmt::format("[{},2]", LatencyHistogram::Index(1000))), std::string::npos) << json;
 }
 
 TEST(StatsTest, ApiNamesAndKinds) {
