@@ -341,6 +341,34 @@ class JsonReport(unittest.TestCase):
         self.assertIsNone(d["pool"]["peak_bytes"])
 
 
+class CompareAutoPin(unittest.TestCase):
+    def test_autopin_run_is_labelled_and_its_copies_named(self):
+        # a log-mode run of the same program and arguments: the header's mode
+        with open(fx("autopin.jsonl")) as f:
+            lines = f.read().splitlines()
+        h = json.loads(lines[0])
+        h["mode"] = h["mode_requested"] = "log"
+        h["config"]["mode"] = "log"
+        bare = [json.dumps(h)]
+        for l in lines[1:]:
+            r = json.loads(l)
+            if r.get("type") == "call":
+                r["action"] = "forward"
+                bare.append(json.dumps(r))
+        d = tempfile.mkdtemp(prefix="lazypin-apc-")
+        try:
+            p = os.path.join(d, "bare.jsonl")
+            with open(p, "w") as f:
+                f.write("\n".join(bare) + "\n")
+            out = report(p, "--compare", fx("autopin.jsonl")).stdout
+            c = report_json(p, "--compare", fx("autopin.jsonl"))["comparison"]
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+        self.assertIn("(defer+autopin)", out)
+        self.assertIn("auto-pin changed copy times", out)
+        self.assertIn("autopin", c["saving"])
+
+
 class BriefSummary(unittest.TestCase):
     def test_large_logs_are_summed_from_their_summaries(self):
         # a log whose summary carries the shim's saving, as the shim writes it
