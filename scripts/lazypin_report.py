@@ -1592,8 +1592,8 @@ def advise(logs, procs, pool):
         add("defer",
             "%d of %d registers were of an address and size registered before (with an "
             "unregister between): in defer mode they would be pool hits" % (n, regs),
-            "try --defer (LAZYPIN_MODE=defer): estimated %s saved, the time these registers "
-            "and the unregisters before them took here" % fmt_ns(est),
+            "try --defer: estimated %s saved, the time these registers and the unregisters "
+            "before them took here" % fmt_ns(est),
             {"LAZYPIN_MODE": "defer"}, pids_with("rereg"))
 
     n = total("pattern")
