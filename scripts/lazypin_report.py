@@ -136,7 +136,7 @@ def ptr_int(p):
 
 
 # --------------------------------------------------------------------------
-# the latency histogram: the shim's (shim/stats.cc LatencyHistogram), so that
+# the latency histogram: the shim's (shim/telemetry/stats.cc LatencyHistogram), so that
 # the report's percentiles are the shim summary's for the same calls.
 # Values under 32 ns are exact; above, 32 sub-buckets per power of two, a
 # value reported as its bucket's midpoint (relative error under 1.6%), never
@@ -352,7 +352,7 @@ def table(headers, rows, indent="  ", left=(0,)):
 # --------------------------------------------------------------------------
 # reading logs, streamed
 
-# The shim's own record layout (shim/shim.cc), read without json: a line that
+# The shim's own record layout (shim/telemetry/records.cc), read without json: a line that
 # does not match exactly (other field order, escapes, unknown fields) goes
 # through json.loads, with the same result.
 CALL_RE = re.compile(
@@ -1126,7 +1126,7 @@ def process_info(log):
     }
 
 
-# ---- what the pool saved: the one definition (the shim's Saving, shim/stats.h)
+# ---- what the pool saved: the one definition (the shim's Saving, shim/telemetry/stats.h)
 
 # a price rests on at least this many real calls (the shim's kMinPriceCalls)
 MIN_PRICE_CALLS = 3
@@ -1186,7 +1186,7 @@ def group_saving(key, g, prices):
 
 
 def saving_of(log):
-    """What the pool saved in one process (see shim/stats.h, Saving): priced
+    """What the pool saved in one process (see shim/telemetry/stats.h, Saving): priced
     hits and deferrals at this process's own real calls, net of their time and
     of evictions made inside them, minus every eviction's time."""
     prices = log_prices(log)
@@ -1228,7 +1228,7 @@ def saving_of(log):
 
 
 def round_ns(v):
-    """Round half away from zero, as the shim (RoundNs in shim/stats.cc)."""
+    """Round half away from zero, as the shim (RoundNs in shim/telemetry/stats.cc)."""
     return int(math.floor(v + 0.5)) if v >= 0 else -int(math.floor(-v + 0.5))
 
 
@@ -1255,7 +1255,7 @@ def saving_total(savings):
 
 def saving_text(sv):
     """The saving as one line: for one process exactly the shim's exit summary
-    (SavingText in shim/stats.cc)."""
+    (SavingText in shim/telemetry/stats.cc)."""
     if not sv["estimable"]:
         return ("saving not estimable (fewer than %d real calls of a kind in this process to price "
                 "the hits and deferrals): measure it with --compare against a bare run"
