@@ -171,6 +171,16 @@ const Option kOptions[] = {
        return true;
      },
      [](const Config& c) { return JsonString(c.log_path); }},
+    {"LAZYPIN_LOG_MAX", "log_max", "256M", "256M",
+     "a size in bytes with an optional K, M, G or T suffix, or 0",
+     "bound on the log's size: past it lazypin writes no more per-call records and keeps "
+     "exact counts, times and latency histograms per API, size class and call site instead "
+     "(tally records after 10 s, at doubling intervals up to 10 min, and at exit), so that the report's tables stay exact; 0: no bound",
+     [](std::string_view t, uint64_t ram, Config* c) {
+       if (t.find('%') != std::string_view::npos) return false;
+       return Store(ParseSize(t, ram), &c->log_max);
+     },
+     [](const Config& c) { return std::to_string(c.log_max); }},
     {"LAZYPIN_SUMMARY", "summary", "1", "1", "0 or 1", "1: a summary on stderr at exit",
      [](std::string_view t, uint64_t, Config* c) { return Store(ParseBool(t), &c->summary); },
      [](const Config& c) { return JsonBool(c.summary); }},

@@ -32,6 +32,7 @@ const char* StackModeName(StackMode mode);
 struct Config {
   Mode mode = Mode::kOff;
   std::string log_path;           // empty: DefaultLogPattern (log.h) in the cwd
+  uint64_t log_max = 0;           // bytes of per-call records in the log; 0: no bound
   bool summary = false;           // summary on stderr at exit
   uint64_t pool_bytes = 0;        // bound on pooled bytes
   uint64_t pool_entries = 0;      // bound on pooled registrations

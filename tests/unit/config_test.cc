@@ -222,7 +222,7 @@ TEST(ConfigTest, TheHeaderConfigHasOneKeyPerOption) {
   Config c = Parse({{"LAZYPIN_MODE", "defer"}, {"LAZYPIN_LOG", "a\"b.jsonl"}}).config;
   const std::string json = ConfigJson(c);
   EXPECT_EQ(json,
-            R"({"mode":"defer","log":"a\"b.jsonl","summary":true,"pool_bytes":4294967296,)"
+            R"({"mode":"defer","log":"a\"b.jsonl","log_max":268435456,"summary":true,"pool_bytes":4294967296,)"
             R"("pool_entries":65536,"idle_ms":10000,"check_pfn":false,"release_at_exit":false,)"
             R"("watch":"auto","defer_shared":false,"unregister_wait":true,"stacks":"1","prefault":4,)"
             R"("host_alloc_cache":4294967296,"autopin":false,)"
