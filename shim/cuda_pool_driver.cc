@@ -29,6 +29,9 @@ int64_t MonotonicNs() {
   return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
 }
 
+// `make_waiters`: start a waiter for each context found (never in a release).
+int OtherDeviceContexts(Context own, Context* out, int max, bool make_waiters);
+
 namespace {
 
 using PushFn = CUresult (*)(CUcontext);
@@ -118,18 +121,42 @@ class ContextIdleWaiter {
   std::atomic<int64_t> busy_since_{0};  // when the synchronize in progress began; 0: none
 };
 
+// Every context's waiter. Never destroyed: their threads live on.
+struct Waiters {
+  static constexpr int kMaxContexts = 16;
+  std::mutex mu;
+  ContextIdleWaiter* waiters[kMaxContexts] = {};
+  int count = 0;  // guarded by mu
+
+  // Caller holds mu.
+  ContextIdleWaiter* FindLocked(Context ctx) {
+    for (int i = 0; i < count; ++i) {
+      if (waiters[i]->ctx() == ctx) return waiters[i];
+    }
+    return nullptr;
+  }
+};
+Waiters& AllWaiters() {
+  static Waiters* waiters = new Waiters;
+  return *waiters;
+}
+
+ContextIdleWaiter* ExistingWaiterFor(Context ctx) {
+  Waiters& all = AllWaiters();
+  std::lock_guard<std::mutex> lock(all.mu);
+  return all.FindLocked(ctx);
+}
+
 // The context's waiter (`ctx` null: one started for a context not yet
 // seen, which the next new context adopts), started on first use unless one
-// waits for adoption; null past kMaxContexts.
+// waits for adoption; null past Waiters::kMaxContexts.
 ContextIdleWaiter* WaiterFor(Context ctx) {
-  static constexpr int kMaxContexts = 16;
-  static std::mutex mu;
-  static ContextIdleWaiter* waiters[kMaxContexts] = {};  // never destroyed: their threads live on
-  static int count = 0;
-  std::lock_guard<std::mutex> lock(mu);
-  for (int i = 0; i < count; ++i) {
-    if (waiters[i]->ctx() == ctx) return waiters[i];
-  }
+  static constexpr int kMaxContexts = Waiters::kMaxContexts;
+  Waiters& all = AllWaiters();
+  std::lock_guard<std::mutex> lock(all.mu);
+  ContextIdleWaiter** const waiters = all.waiters;
+  int& count = all.count;
+  if (ContextIdleWaiter* found = all.FindLocked(ctx)) return found;
   if (ctx != nullptr && count > 0 && waiters[count - 1]->ctx() == nullptr) {
     waiters[count - 1]->Adopt(ctx);
     return waiters[count - 1];
@@ -147,6 +174,11 @@ ContextIdleWaiter* WaiterFor(Context ctx) {
 }
 
 real::Lazy<CUresult (*)(CUstreamCaptureMode*)> g_capture_mode;
+real::Lazy<CUresult (*)(int*)> g_device_count;
+real::Lazy<CUresult (*)(CUdevice, unsigned*, int*)> g_primary_state;
+real::Lazy<CUresult (*)(CUcontext*, CUdevice)> g_primary_retain;
+real::Lazy<CUresult (*)(CUdevice)> g_primary_release;
+real::Lazy<CUresult (*)(CUdevice*)> g_ctx_device;
 
 // One of lazypin's own releases (`release`: an unregister or a host free) of
 // something made in `ctx`: waits for the GPU first, then releases with `ctx`
@@ -165,6 +197,19 @@ int ReleaseInContext(Context ctx, ReleaseWait* wait, absl::FunctionRef<int()> re
   } else if (ctx != nullptr) {
     ContextIdleWaiter* waiter = WaiterFor(ctx);
     wait->forced = waiter == nullptr || !waiter->Wait(t0 + kReleaseWaitNs, kReleaseWaitNs);
+    // The other devices' work too: the driver's release waits for it
+    // (several devices). Only waiters made before (at a register or a kept
+    // free): a release may run in a memory hook, which starts no thread.
+    if (DeviceCount() > 1) {
+      Context others[kMaxDevices];
+      const int n = OtherDeviceContexts(ctx, others, kMaxDevices, /*make_waiters=*/false);
+      for (int i = 0; i < n; ++i) {
+        ContextIdleWaiter* other = ExistingWaiterFor(others[i]);
+        if (Captures().InProgress(others[i]) || other == nullptr ||
+            !other->Wait(t0 + kReleaseWaitNs, kReleaseWaitNs))
+          wait->forced = true;
+      }
+    }
     wait->waited_ns = MonotonicNs() - t0;
   }
   // Not part of any stream capture the program has in progress: in the
@@ -203,7 +248,15 @@ class CudaPoolDriver final : public PoolDriver {
   void Release(uintptr_t lo, uintptr_t hi) override {
     if (watch_ != nullptr) watch_->Unwatch(lo, hi);
   }
-  void PrepareRelease(Context ctx) override { WaiterFor(ctx); }
+  // The waiters a release in `ctx` uses: its own and, with several devices,
+  // the other devices' (ReleaseInContext).
+  void PrepareRelease(Context ctx) override {
+    WaiterFor(ctx);
+    if (DeviceCount() > 1) {
+      Context others[kMaxDevices];
+      OtherDeviceContexts(ctx, others, kMaxDevices, /*make_waiters=*/true);
+    }
+  }
   void Prefault(uintptr_t lo, uintptr_t hi, unsigned flags) override {
     if (ShouldPrefault(lo, hi, flags, prefault_threads_)) PrefaultRange(lo, hi, prefault_threads_);
   }
@@ -248,6 +301,59 @@ class CudaHostAllocDriver final : public HostAllocDriver {
 };
 
 }  // namespace
+
+int DeviceCount() {
+  static std::atomic<int> count{0};
+  int n = count.load(std::memory_order_relaxed);
+  if (n > 0) return n;
+  auto get = g_device_count.Get(&real::Driver, "cuDeviceGetCount");
+  if (get == nullptr || get(&n) != CUDA_SUCCESS || n < 1) return 1;
+  count.store(n, std::memory_order_relaxed);
+  return n;
+}
+
+Context ActivePrimaryContext(int device) {
+  auto state = g_primary_state.Get(&real::Driver, "cuDevicePrimaryCtxGetState");
+  auto retain = g_primary_retain.Get(&real::Driver, "cuDevicePrimaryCtxRetain");
+  auto release = g_primary_release.Get(&real::Driver, "cuDevicePrimaryCtxRelease_v2");
+  if (state == nullptr || retain == nullptr || release == nullptr) return nullptr;
+  unsigned flags = 0;
+  int active = 0;
+  if (state(device, &flags, &active) != CUDA_SUCCESS || active == 0) return nullptr;
+  CUcontext primary = nullptr;
+  if (retain(&primary, device) != CUDA_SUCCESS) return nullptr;
+  release(device);
+  return primary;
+}
+
+int OtherDeviceContexts(Context own, Context* out, int max, bool make_waiters) {
+  const int devices = DeviceCount();
+  if (devices < 2) return 0;
+  auto ctx_device = g_ctx_device.Get(&real::Driver, "cuCtxGetDevice");
+  CUdevice own_device = -1;
+  if (ctx_device != nullptr && own != nullptr) {
+    auto push = g_push.Get(&real::Driver, "cuCtxPushCurrent_v2");
+    auto pop = g_pop.Get(&real::Driver, "cuCtxPopCurrent_v2");
+    if (push != nullptr && pop != nullptr && push(static_cast<CUcontext>(own)) == CUDA_SUCCESS) {
+      if (ctx_device(&own_device) != CUDA_SUCCESS) own_device = -1;
+      CUcontext popped;
+      pop(&popped);
+    }
+  }
+  int n = 0;
+  for (int d = 0; d < devices && d < kMaxDevices && n < max; ++d) {
+    if (d == own_device) continue;
+    const Context primary = ActivePrimaryContext(d);
+    if (primary == nullptr || primary == own) continue;
+    if (make_waiters) WaiterFor(primary);
+    out[n++] = primary;
+  }
+  return n;
+}
+
+int OtherDeviceContexts(Context own, Context* out, int max) {
+  return OtherDeviceContexts(own, out, max, /*make_waiters=*/true);
+}
 
 std::unique_ptr<PoolDriver> MakeCudaPoolDriver(MemWatch* watch, bool defer_shared,
                                                int prefault_threads) {

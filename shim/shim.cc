@@ -138,8 +138,32 @@ class Shim final : public DispatchEnv, public PoolObserver, public HostAllocObse
     if (Captures().InProgress(ctx)) return kCudaCaptureUnsupported;
     // `ctx` is current on this thread: cuCtxSynchronize waits for it alone.
     auto synchronize = ctx_synchronize_.Get(&real::Driver, "cuCtxSynchronize");
-    return synchronize != nullptr ? int{synchronize()} : kCudaNotInitialized;
+    if (synchronize == nullptr) return kCudaNotInitialized;
+    // Several devices: the driver's wait covers every device's work, so this
+    // one waits for the other devices' active primary contexts too, each
+    // pushed on this thread (cuda_pool_driver.h). A capture in progress in
+    // one of them: no wait, forwarded.
+    Context others[kMaxDevices];
+    const int n = DeviceCount() > 1 ? OtherDeviceContexts(ctx, others, kMaxDevices) : 0;
+    for (int i = 0; i < n; ++i) {
+      if (Captures().InProgress(others[i])) return kCudaCaptureUnsupported;
+    }
+    const int result = synchronize();
+    if (result != CUDA_SUCCESS || n == 0) return result;
+    auto push = ctx_push_.Get(&real::Driver, "cuCtxPushCurrent_v2");
+    auto pop = ctx_pop_.Get(&real::Driver, "cuCtxPopCurrent_v2");
+    if (push == nullptr || pop == nullptr) return kCudaNotInitialized;
+    for (int i = 0; i < n; ++i) {
+      // A context destroyed meanwhile has no work left to wait for.
+      if (push(static_cast<CUcontext>(others[i])) != CUDA_SUCCESS) continue;
+      const int other = synchronize();
+      CUcontext popped;
+      pop(&popped);
+      if (other != CUDA_SUCCESS && other != CUDA_ERROR_CONTEXT_IS_DESTROYED) return other;
+    }
+    return result;
   }
+  Context ActivePrimaryContext(int device) override { return lazypin::ActivePrimaryContext(device); }
   bool PrimaryContextActive(int device) override {
     auto get_state = primary_get_state_.Get(&real::Driver, "cuDevicePrimaryCtxGetState");
     unsigned flags = 0;
@@ -216,6 +240,8 @@ class Shim final : public DispatchEnv, public PoolObserver, public HostAllocObse
   real::Lazy<CUresult (*)(CUdevice*)> ctx_get_device_;
   real::Lazy<CUresult (*)(int*)> driver_get_version_;
   real::Lazy<CUresult (*)()> ctx_synchronize_;
+  real::Lazy<CUresult (*)(CUcontext)> ctx_push_;
+  real::Lazy<CUresult (*)(CUcontext*)> ctx_pop_;
   real::Lazy<CUresult (*)(CUdevice, unsigned*, int*)> primary_get_state_;
   real::Lazy<CUresult (*)(CUstream, CUstreamCaptureStatus*)> stream_is_capturing_;
   real::Lazy<CUresult (*)(CUstream)> stream_synchronize_;

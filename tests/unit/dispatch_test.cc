@@ -293,13 +293,13 @@ TEST_P(DispatchTest, APrimaryContextReleasedToZeroForgetsItsRegistrations) {
   if (!Deferring()) GTEST_SKIP() << "nothing is kept in log mode";
   ASSERT_EQ(DriverRegister(kBuf, kBytes, 0), 0);
   env_.primary_active = true;  // released, still retained elsewhere: kept
-  dispatch_->AfterPrimaryContextRelease(0);
+  dispatch_->AfterPrimaryContextRelease(0, nullptr);
   ASSERT_EQ(DriverUnregister(kBuf), 0);
   EXPECT_EQ(Last().action, Action::kDeferred);
   ASSERT_EQ(DriverRegister(kBuf, kBytes, 0), 0);  // a hit
   env_.primary_active = false;  // the last reference: the driver dropped it
   model_.DropContext(kCtx);
-  dispatch_->AfterPrimaryContextRelease(0);
+  dispatch_->AfterPrimaryContextRelease(0, nullptr);
   EXPECT_EQ(DriverUnregister(kBuf), 713) << "the driver's answer, not a deferral";
   EXPECT_EQ(Last().action, Action::kForward);
   EXPECT_EQ(DriverRegister(kBuf, kBytes, 0), 0);
