@@ -44,6 +44,7 @@ struct CallRecord {
   int evicted;
   PassReason reason;  // with kPassthrough: why
   int64_t end_ns = 0;  // DispatchEnv::NowNs() when the call returned (the second of its two clock reads)
+  int device = -1;     // the current context's device, logged with several devices (-1: not logged)
 };
 
 class DispatchEnv {

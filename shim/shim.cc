@@ -549,6 +549,8 @@ void Shim::Record(const CallRecord& record) {
   entry.ptr = reinterpret_cast<uintptr_t>(record.call.ptr);
   entry.bytes = record.call.bytes;
   entry.stack = static_cast<int16_t>(stack);
+  // With several devices, which one (the report groups by it); one relaxed load otherwise.
+  if (DeviceCount() > 1) entry.device = static_cast<int8_t>(std::min(CurrentDevice(), 127));
   log_->Write(entry);
   InstallHandlersOnce();
 }
@@ -582,7 +584,8 @@ void Shim::FormatEntry(const LogEntry& e, std::string* line) {
       const CallRecord record{
           ProgramCall{api, static_cast<Via>(e.via), reinterpret_cast<void*>(e.ptr), e.bytes,
                       e.call.flags},
-          e.result, e.latency_ns, action, e.call.evicted, static_cast<PassReason>(e.reason)};
+          e.result, e.latency_ns, action, e.call.evicted, static_cast<PassReason>(e.reason),
+          0, e.device};
       line->append(CallRecordLine(e.t_ns, e.tid, record, e.stack).view());
       return;
     }

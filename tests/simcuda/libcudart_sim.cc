@@ -236,12 +236,13 @@ cudaError_t primary_of(int dev, CUcontext* out, int* gen) {
   return cudaSuccess;
 }
 
-// The thread's device's primary context retained and current on this thread.
-cudaError_t ensure_ctx() {
+// The thread's device's primary context retained and current on this thread
+// (`force`: made current even when this thread did so before).
+cudaError_t ensure_ctx(bool force = false) {
   if (cudaError_t e = ensure_driver()) return e;
   Rt& r = rt();
   Rt::Dev& d = r.devs[tls_dev];
-  if (tls_gen == d.gen.load() && d.retained) return cudaSuccess;
+  if (!force && tls_gen == d.gen.load() && d.retained) return cudaSuccess;
   CUcontext c = nullptr;
   int gen = 0;
   if (cudaError_t e = primary_of(tls_dev, &c, &gen)) return e;
@@ -368,8 +369,7 @@ cudaError_t CUDARTAPI cudaSetDevice(int dev) {
   NEED_DRIVER();
   if (dev < 0 || dev >= device_count()) return rec(cudaErrorInvalidDevice);
   tls_dev = dev;
-  NEED_CTX();
-  return cudaSuccess;
+  return rec(ensure_ctx(/*force=*/true));
 }
 
 cudaError_t CUDARTAPI cudaGetDevice(int* dev) {
