@@ -221,6 +221,29 @@ TEST_P(DispatchTest, QueriesAndTeardownReleasePooledMemory) {
   EXPECT_EQ(env_.records.size(), 4u) << "teardown and queries are not program calls of ours";
 }
 
+TEST_P(DispatchTest, APrimaryResetDropsOnlyThePrimaryContextsEntries) {
+  if (!Deferring()) GTEST_SKIP() << "nothing is pooled in log mode";
+  const Context made = reinterpret_cast<Context>(0x22);  // cuCtxCreate'd, same device
+  const uintptr_t other = kBuf + 4 * kBytes;
+  ASSERT_EQ(DriverRegister(kBuf, kBytes, 0), 0);
+  ASSERT_EQ(DriverUnregister(kBuf), 0);
+  env_.ctx = made;
+  ASSERT_EQ(DriverRegister(other, kBytes, 0), 0);
+  ASSERT_EQ(DriverUnregister(other), 0);
+  env_.primary_ctx = kCtx;
+  EXPECT_EQ(dispatch_->BeforePrimaryContextReset(0, true), kCtx);
+  model_.DropContext(kCtx);  // the real reset
+  ASSERT_EQ(model_.regs().size(), 1u) << "the other context's deferred entry stays";
+  ASSERT_EQ(DriverRegister(other, kBytes, 0), 0);
+  EXPECT_EQ(Last().action, Action::kHit);
+  ASSERT_EQ(DriverUnregister(other), 0);
+  // Where the primary context cannot be told: every context of the device.
+  env_.primary_ctx = nullptr;
+  EXPECT_EQ(dispatch_->BeforePrimaryContextReset(0, true), nullptr);
+  EXPECT_TRUE(model_.regs().empty());
+  env_.ctx = kCtx;
+}
+
 TEST_P(DispatchTest, ADeferredUnregisterFirstWaitsForTheDevice) {
   ASSERT_EQ(DriverRegister(kBuf, kBytes, 0), 0);
   ASSERT_EQ(DriverUnregister(kBuf), 0);
