@@ -22,6 +22,11 @@
 //             device 0: what each device and that context still hold
 //   peer      cudaDeviceCanAccessPeer, cudaDeviceEnablePeerAccess (twice),
 //             cudaMemcpyPeer and cudaMemcpyPeerAsync, verified
+//   pageable  one malloc'ed (pageable) buffer copied to every device in
+//             turn, async behind a spin kernel, and overwritten right after
+//             each call: every device must get the bytes of the call
+//             (LAZYPIN_AUTOPIN pins it for the first device's context; the
+//             others' copies of it must still behave as pageable ones)
 //   driver    the driver API on device 1's primary context (cuCtxSetCurrent):
 //             cuCtxGetDevice, cuMemHostRegister_v2 / cuMemHostUnregister twice
 //
@@ -383,6 +388,31 @@ void case_peer() {
   std::free(h);
 }
 
+// --------------------------------------------------------------- pageable ----
+void case_pageable() {
+  unsigned char* h = host_buffer(g_bytes);
+  for (int round = 0; round < 2; ++round) {
+    std::string line = "round " + std::to_string(round);
+    for (int d = 0; d < g_devices; ++d) {
+      const unsigned seed = 60 + 10 * round + d;
+      fill(h, g_bytes, seed);
+      on(d);
+      spin_on(d);
+      CHECK(cudaMemcpyAsync(g_dbuf[d], h, g_bytes, cudaMemcpyHostToDevice, g_stream[d]));
+      fill(h, g_bytes, 99);  // a pageable copy took the bytes of the call
+      line += std::string(" dev") + std::to_string(d) + "=" + device_holds(d, seed, 99);
+      // And back into the pageable buffer: complete when the call returns.
+      on(d);
+      spin_on(d);
+      CHECK(cudaMemcpyAsync(h, g_dbuf[d], g_bytes, cudaMemcpyDeviceToHost, g_stream[d]));
+      line += same(h, g_bytes, seed) ? ",back" : ",NOT-BACK";
+      CHECK(cudaStreamSynchronize(g_stream[d]));
+    }
+    out("%s", line.c_str());
+  }
+  std::free(h);
+}
+
 // ----------------------------------------------------------------- driver ----
 void case_driver() {
   const int dev = g_devices - 1;
@@ -528,7 +558,8 @@ int main(int argc, char** argv) {
   // reset last but one: it resets devices 0 and 1 (their streams and buffers go).
   const Case cases[] = {{"threads", case_threads}, {"portable", case_portable},
                         {"freehost", case_freehost}, {"regs", case_regs},
-                        {"peer", case_peer},         {"driver", case_driver},
+                        {"peer", case_peer},         {"pageable", case_pageable},
+                        {"driver", case_driver},
                         {"reset", case_reset}};
   bool ran = false;
   for (const Case& c : cases) {

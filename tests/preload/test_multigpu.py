@@ -68,6 +68,18 @@ class MultiGpuTest(AppTestCase):
         self.assertEqual(run.rc, 0, run.err)
         self.assertIn("reader-got=later-bytes", run.out)
 
+    def test_autopin_copies_to_each_device(self):
+        # LAZYPIN_AUTOPIN pins the buffer in the first copying device's
+        # context; every device's copies of it keep pageable semantics.
+        bare = self.multigpu(2, "--case", "pageable", shim=False)
+        self.assertEqual(bare.rc, 0, bare.err)
+        self.assertNotIn("NOT-BACK", bare.out)
+        run = self.multigpu(2, "--case", "pageable", LAZYPIN_MODE="defer", LAZYPIN_AUTOPIN="1")
+        self.assertEqual(run.rc, 0, run.err)
+        self.assertEqual(run.out, bare.out)
+        pins = [r for r in run.records if r["type"] == "autopin" and r["result"] == 0]
+        self.assertTrue(pins, "auto-pin pinned nothing: the test shows nothing")
+
     def test_a_reset_drops_only_that_primary_contexts_state(self):
         run = self.multigpu(2, "--case", "reset", LAZYPIN_MODE="defer")
         self.assertEqual(run.rc, 0, run.err)
