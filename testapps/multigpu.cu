@@ -27,6 +27,10 @@
 //             each call: every device must get the bytes of the call
 //             (LAZYPIN_AUTOPIN pins it for the first device's context; the
 //             others' copies of it must still behave as pageable ones)
+//   idle      a buffer registered, copied and unregistered on device 0, then
+//             device 1 busy with a spin kernel while the program sleeps twice
+//             --kernel-ms (lazypin's idle release of the buffer comes then:
+//             it must wait for device 1 first, not stall it)
 //   driver    the driver API on device 1's primary context (cuCtxSetCurrent):
 //             cuCtxGetDevice, cuMemHostRegister_v2 / cuMemHostUnregister twice
 //
@@ -413,6 +417,22 @@ void case_pageable() {
   std::free(h);
 }
 
+// ------------------------------------------------------------------- idle ----
+void case_idle() {
+  unsigned char* h = host_buffer(g_bytes);
+  fill(h, g_bytes, 71);
+  on(0);
+  const int reg = cudaHostRegister(h, g_bytes, 0);
+  CHECK(cudaMemcpy(g_dbuf[0], h, g_bytes, cudaMemcpyHostToDevice));
+  const int unreg = cudaHostUnregister(h);
+  on(1);
+  spin_on(1);
+  usleep(static_cast<useconds_t>(2000 * g_kernel_ms));
+  CHECK(cudaStreamSynchronize(g_stream[1]));
+  out("register=%d unregister=%d dev0=%s", reg, unreg, device_holds(0, 71, 0));
+  std::free(h);
+}
+
 // ----------------------------------------------------------------- driver ----
 void case_driver() {
   const int dev = g_devices - 1;
@@ -559,6 +579,7 @@ int main(int argc, char** argv) {
   const Case cases[] = {{"threads", case_threads}, {"portable", case_portable},
                         {"freehost", case_freehost}, {"regs", case_regs},
                         {"peer", case_peer},         {"pageable", case_pageable},
+                        {"idle", case_idle},
                         {"driver", case_driver},
                         {"reset", case_reset}};
   bool ran = false;
