@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <memory>
@@ -83,6 +84,11 @@ class ContextIdleWaiter {
     }
   }
   Context ctx() const { return ctx_.load(std::memory_order_acquire); }
+  // A synchronize has been running for longer than `stuck_ns` (the GPU does not go idle).
+  bool Stuck(int64_t stuck_ns) const {
+    const int64_t since = busy_since_.load(std::memory_order_acquire);
+    return since != 0 && MonotonicNs() - since > stuck_ns;
+  }
 
  private:
   void Run() {
@@ -205,8 +211,14 @@ int ReleaseInContext(Context ctx, ReleaseWait* wait, absl::FunctionRef<int()> re
       const int n = OtherDeviceContexts(ctx, others, kMaxDevices, /*make_waiters=*/false);
       for (int i = 0; i < n; ++i) {
         ContextIdleWaiter* other = ExistingWaiterFor(others[i]);
-        if (Captures().InProgress(others[i]) || other == nullptr ||
-            !other->Wait(t0 + kReleaseWaitNs, kReleaseWaitNs))
+        if (Captures().InProgress(others[i]) || other == nullptr) {
+          wait->forced = true;
+          continue;
+        }
+        // Missed: the bound passed or the GPU does not go idle. A context
+        // destroyed meanwhile (its synchronize fails at once) has no work left.
+        if (!other->Wait(t0 + kReleaseWaitNs, kReleaseWaitNs) &&
+            (MonotonicNs() >= t0 + kReleaseWaitNs || other->Stuck(kReleaseWaitNs)))
           wait->forced = true;
       }
     }
@@ -347,6 +359,16 @@ int OtherDeviceContexts(Context own, Context* out, int max, bool make_waiters) {
     if (primary == nullptr || primary == own) continue;
     if (make_waiters) WaiterFor(primary);
     out[n++] = primary;
+  }
+  // And every other context lazypin has a waiter for (it saw a registration,
+  // a kept free or a wait there: contexts made with cuCtxCreate too, on any
+  // device). One destroyed since fails its push: nothing to wait for.
+  Waiters& all = AllWaiters();
+  std::lock_guard<std::mutex> lock(all.mu);
+  for (int i = 0; i < all.count && n < max; ++i) {
+    const Context c = all.waiters[i]->ctx();
+    if (c == nullptr || c == own || std::find(out, out + n, c) != out + n) continue;
+    out[n++] = c;
   }
   return n;
 }

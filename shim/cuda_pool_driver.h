@@ -49,8 +49,10 @@ int DeviceCount();
 // learned with a retain and a release, which leave an active context as it
 // was; null when inactive or unknown.
 Context ActivePrimaryContext(int device);
-// The other devices' active primary contexts (not `own`) into `out`, at most
-// `max`; returns how many. Creates a waiter thread for each (not in a release).
+// The contexts that wait covers besides `own`, into `out` (at most `max`;
+// returns how many): the other devices' active primary contexts, and every
+// other context lazypin has a waiter for. None with one device. Creates a
+// waiter thread for each primary context (never call it in a release).
 int OtherDeviceContexts(Context own, Context* out, int max);
 
 }  // namespace lazypin

@@ -31,6 +31,15 @@
 //             device 1 busy with a spin kernel while the program sleeps twice
 //             --kernel-ms (lazypin's idle release of the buffer comes then:
 //             it must wait for device 1 first, not stall it)
+//   made      the last device's primary context reset (inactive), then a
+//             context made there with cuCtxCreate, which registers a buffer of
+//             its own, copies from a PORTABLE buffer of device 0 behind spin
+//             kernels; device 0 unregisters that buffer and overwrites it: the
+//             made context's copy must have got the old bytes (runs last but
+//             one: the last device's streams and buffers are gone after it)
+//   unseen    (only with --case unseen) the same with no registration in the
+//             made context: lazypin never sees that context (a known limit:
+//             docs/design.md)
 //   driver    the driver API on device 1's primary context (cuCtxSetCurrent):
 //             cuCtxGetDevice, cuMemHostRegister_v2 / cuMemHostUnregister twice
 //
@@ -433,6 +442,55 @@ void case_idle() {
   std::free(h);
 }
 
+// ------------------------------------------------------------- made/unseen ----
+void made_context(bool seen) {
+  const int dev = g_devices - 1;
+  on(dev);
+  CHECK(cudaDeviceReset());  // no active primary context on that device
+  unsigned char* p = host_buffer(g_bytes);
+  unsigned char* own = host_buffer(g_bytes);
+  fill(p, g_bytes, 81);
+  on(0);
+  const int reg = cudaHostRegister(p, g_bytes, cudaHostRegisterPortable);
+  CUcontext made = nullptr;
+  CHECK(static_cast<cudaError_t>(cuCtxCreate(&made, nullptr, 0, dev)));
+  if (seen) {
+    const int r = cuMemHostRegister(own, g_bytes, 0);
+    const int u = cuMemHostUnregister(own);
+    out("made register=%d unregister=%d", r, u);
+  }
+  CUstream s = nullptr;
+  CUdeviceptr d = 0;
+  CHECK(static_cast<cudaError_t>(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING)));
+  CHECK(static_cast<cudaError_t>(cuMemAlloc(&d, g_bytes)));
+  // Behind two spin kernels: in flight well after device 0's work.
+  for (int k = 0; k < 2; ++k) {
+    spin<<<1, 1, 0, reinterpret_cast<cudaStream_t>(s)>>>(g_cycles[dev]);
+    CHECK(cudaGetLastError());
+  }
+  CHECK(static_cast<cudaError_t>(cuMemcpyHtoDAsync(d, p, g_bytes, s)));
+  CUcontext popped = nullptr;
+  CHECK(static_cast<cudaError_t>(cuCtxPopCurrent(&popped)));
+  on(0);
+  const int unreg = cudaHostUnregister(p);
+  fill(p, g_bytes, 82);
+  CHECK(static_cast<cudaError_t>(cuCtxPushCurrent(made)));
+  CHECK(static_cast<cudaError_t>(cuStreamSynchronize(s)));
+  std::vector<unsigned char> back(g_bytes);
+  CHECK(static_cast<cudaError_t>(cuMemcpyDtoH(back.data(), d, g_bytes)));
+  const char* got = same(back.data(), g_bytes, 81)   ? "bytes-of-the-copy"
+                    : same(back.data(), g_bytes, 82) ? "later-bytes"
+                                                     : "other-bytes";
+  out("portable register=%d unregister=%d made-context-got=%s", reg, unreg, got);
+  CHECK(static_cast<cudaError_t>(cuCtxDestroy(made)));
+  on(0);
+  std::free(p);
+  std::free(own);
+}
+
+void case_made() { made_context(true); }
+void case_unseen() { made_context(false); }
+
 // ----------------------------------------------------------------- driver ----
 void case_driver() {
   const int dev = g_devices - 1;
@@ -579,10 +637,14 @@ int main(int argc, char** argv) {
   const Case cases[] = {{"threads", case_threads}, {"portable", case_portable},
                         {"freehost", case_freehost}, {"regs", case_regs},
                         {"peer", case_peer},         {"pageable", case_pageable},
-                        {"idle", case_idle},
-                        {"driver", case_driver},
-                        {"reset", case_reset}};
+                        {"idle", case_idle},         {"driver", case_driver},
+                        {"made", case_made},         {"reset", case_reset}};
   bool ran = false;
+  if (only == "unseen") {
+    g_case = only;
+    case_unseen();
+    return 0;
+  }
   for (const Case& c : cases) {
     if (!only.empty() && only != c.name) continue;
     g_case = c.name;

@@ -80,6 +80,22 @@ class MultiGpuTest(AppTestCase):
         pins = [r for r in run.records if r["type"] == "autopin" and r["result"] == 0]
         self.assertTrue(pins, "auto-pin pinned nothing: the test shows nothing")
 
+    def test_a_context_lazypin_never_saw_is_not_waited_for(self):
+        # The known limit (docs/design.md): a context made with cuCtxCreate on
+        # a device whose primary context is inactive, in which lazypin saw no
+        # call, is not waited for; its copy in flight reads the bytes written
+        # after device 0's deferred unregister. (The same context with a
+        # registration of its own is waited for: the "made" case above.)
+        bare = self.multigpu(2, "--case", "unseen", shim=False)
+        self.assertIn("made-context-got=bytes-of-the-copy", bare.out)
+        run = self.multigpu(2, "--case", "unseen", LAZYPIN_MODE="defer")
+        self.assertEqual(run.rc, 0, run.err)
+        self.assertIn("made-context-got=later-bytes", run.out,
+                      "lazypin now waits for contexts it never saw: update the known limit")
+        run = self.multigpu(2, "--case", "unseen", LAZYPIN_MODE="defer", LAZYPIN_UNREGISTER_WAIT="1",
+                            LAZYPIN_POOL_ENTRIES="0")
+        self.assertEqual(run.out, bare.out, "LAZYPIN_POOL_ENTRIES=0: nothing deferred, as bare")
+
     def test_a_reset_drops_only_that_primary_contexts_state(self):
         run = self.multigpu(2, "--case", "reset", LAZYPIN_MODE="defer")
         self.assertEqual(run.rc, 0, run.err)
