@@ -64,9 +64,12 @@ class MultiGpuTest(AppTestCase):
         # other devices' copies see the bytes written after the unregister or
         # the free (README: LAZYPIN_UNREGISTER_WAIT=0).
         run = self.multigpu(2, "--case", "freehost", LAZYPIN_MODE="defer",
-                            LAZYPIN_UNREGISTER_WAIT="0")
+                            LAZYPIN_UNREGISTER_WAIT="0", SIMCUDA_KERNEL_US="100000")
         self.assertEqual(run.rc, 0, run.err)
-        self.assertIn("reader-got=later-bytes", run.out)
+        portable = [l for l in run.out.splitlines() if " portable free=" in l]
+        self.assertTrue(portable, run.out)
+        # The later bytes, or a mix of them when the copy ran during the fill.
+        self.assertTrue([l for l in portable if "reader-got=bytes-of-the-copy" not in l], run.out)
 
     def test_autopin_copies_to_each_device(self):
         # LAZYPIN_AUTOPIN pins the buffer in the first copying device's
