@@ -18,6 +18,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "pool.h"
+#include "thread_state.h"
 #include "types.h"
 
 namespace lazypin {
@@ -77,6 +78,9 @@ class DispatchEnv {
   // `device`'s primary context while it is active, learned without changing
   // its state; null when it is not active or cannot be told.
   virtual Context ActivePrimaryContext(int device) { return nullptr; }
+  // The device a call record names (CallRecord::device): the current
+  // context's where the driver reports several devices, else -1 (not logged).
+  virtual int RecordedDevice() { return -1; }
   // Waits for the work queued on `stream` (a copy just submitted to it),
   // unless the stream is being captured.
   virtual void SynchronizeStream(void* stream) = 0;
@@ -91,6 +95,21 @@ struct RuntimeFrame {
   // An unregister: the runtime hook already waited (kWaited: cudart's driver
   // call need not wait again) or the wait failed (kNoDefer: forward it).
   enum class Wait { kNotYet, kWaited, kNoDefer } wait = Wait::kNotYet;
+};
+
+// The runtime call's frame is this thread's open frame for the scope: the
+// driver calls cudart makes meanwhile report into it.
+class ScopedRuntimeFrame {
+ public:
+  explicit ScopedRuntimeFrame(RuntimeFrame* frame) : outer_(t_state.runtime_frame) {
+    t_state.runtime_frame = frame;
+  }
+  ~ScopedRuntimeFrame() { t_state.runtime_frame = outer_; }
+  ScopedRuntimeFrame(const ScopedRuntimeFrame&) = delete;
+  ScopedRuntimeFrame& operator=(const ScopedRuntimeFrame&) = delete;
+
+ private:
+  RuntimeFrame* const outer_;
 };
 
 class Dispatch {
