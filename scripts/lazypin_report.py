@@ -426,6 +426,7 @@ class Log:
         self.egroups = {}           # (reason, error, forced, stack) -> Agg
         self.errors = {}            # (code, api) -> count
         self.host_releases = {}     # reason -> host_release records (the host-allocation cache)
+        self.devices = {}           # device -> {"calls", "total_ns", action: count} (several devices)
         self.objects = []           # (base, size, path) of loaded objects
         self.stacks = {}            # stack id -> [frame addresses]
         self.python_lines = {}      # stack id -> "file.py:12 in f" (the Python line that called)
@@ -637,6 +638,12 @@ class Log:
         """A record parsed by json (anything the fast paths did not take)."""
         kind = rec["type"]
         if kind == "call":
+            if "device" in rec:  # written with several devices only (the fast path takes the rest)
+                d = self.devices.setdefault(as_int(rec.get("device")), {"calls": 0, "total_ns": 0})
+                d["calls"] += 1
+                d["total_ns"] += max(0, as_int(rec.get("latency_ns")))
+                act = str(rec.get("action", "?"))
+                d[act] = d.get(act, 0) + 1
             self.on_call(as_int(rec.get("t_ns")), rec.get("tid"), ptr_int(rec.get("ptr")), str(rec.get("api", "?")),
                          max(0, as_int(rec.get("bytes"))), as_int(rec.get("result")),
                          max(0, as_int(rec.get("latency_ns"))), str(rec.get("action", "?")),
@@ -1828,6 +1835,7 @@ def analyze(logs, top=10):
         "size_classes": size_classes,
         "pool": pool,
         "host_alloc": host,
+        "devices": devices_summary(logs),
         "autopin": autopin_summary(logs),
         "advice": advise(logs, procs, pool),
         "call_sites": call_sites(logs),
@@ -1835,6 +1843,17 @@ def analyze(logs, top=10):
         "errors": errors,
         "warnings": warnings,
     }
+
+
+def devices_summary(logs):
+    """Calls per device (logs of runs with several devices), as "0", "1", ..."""
+    out = {}
+    for log in logs:
+        for dev, d in log.devices.items():
+            o = out.setdefault(str(dev), {"calls": 0, "total_ns": 0})
+            for k, v in d.items():
+                o[k] = o.get(k, 0) + v
+    return dict(sorted(out.items(), key=lambda kv: int(kv[0])))
 
 
 def is_bare(doc):
@@ -2151,6 +2170,14 @@ def render_text(doc, top=10):
         else:
             L.append("  evictions outside program calls: none")
 
+    if doc.get("devices"):
+        L.append("")
+        L.append("== by device")
+        rows = [[dev, str(d["calls"]), fmt_ns(d["total_ns"]), str(d.get("hit", 0)),
+                 str(d.get("miss", 0)), str(d.get("deferred", 0)), str(d.get("forward", 0))]
+                for dev, d in doc["devices"].items()]
+        L += table(["device", "calls", "time", "hits", "misses", "deferred", "forwarded"], rows,
+                   indent="  ")
     host = doc.get("host_alloc") or {}
     if host.get("active"):
         L.append("")

@@ -670,8 +670,8 @@ int Pool::DropWhere(absl::FunctionRef<bool(const Entry&)> matches, bool forget_i
   return Evict(victims);
 }
 
-int Pool::DropContext(Context ctx) {
-  return DropWhere([ctx](const Entry& e) { return e.ctx == ctx; }, /*forget_in_use=*/true);
+int Pool::DropContext(Context ctx, bool forget_in_use) {
+  return DropWhere([ctx](const Entry& e) { return e.ctx == ctx; }, forget_in_use);
 }
 
 int Pool::DropDevice(int device, bool forget_in_use) {

@@ -243,8 +243,9 @@ class Pool {
   // thread holds it.
   bool Leave(uintptr_t lo, uintptr_t hi, bool wait, bool* pooled);
 
-  // A context is destroyed: release its deferred entries, forget its in-use ones.
-  int DropContext(Context ctx);
+  // A context is destroyed (or a primary context reset or released): release
+  // its deferred entries; forget its in-use ones too when `forget_in_use`.
+  int DropContext(Context ctx, bool forget_in_use = true);
   // A device's primary context is reset or released: release its deferred
   // entries; forget its in-use ones too when `forget_in_use` (reset).
   int DropDevice(int device, bool forget_in_use);

@@ -184,10 +184,11 @@ CONTEXT_HOOK(cuDevicePrimaryCtxReset_v2, CUdevice, BeforePrimaryContextReset(arg
 #define RELEASE_HOOK(NAME)                                                     \
   HOOK(NAME, CUresult, DriverSymbol, (CUdevice, device)) {                     \
     Dispatch* dispatch = PublishedDispatch();                                  \
-    if (dispatch != nullptr) dispatch->BeforePrimaryContextReset(device, false); \
+    const Context primary = dispatch != nullptr                                \
+        ? dispatch->BeforePrimaryContextReset(device, false) : nullptr;         \
     const CUresult result = real(device);                                      \
     if (dispatch != nullptr && result == CUDA_SUCCESS) {                       \
-      dispatch->AfterPrimaryContextRelease(device);                            \
+      dispatch->AfterPrimaryContextRelease(device, primary);                   \
     }                                                                          \
     return result;                                                             \
   }

@@ -83,6 +83,7 @@ void Recorder::Record(const CallRecord& record) {
   entry.ptr = reinterpret_cast<uintptr_t>(record.call.ptr);
   entry.bytes = record.call.bytes;
   entry.stack = static_cast<int16_t>(stack);
+  entry.device = static_cast<int8_t>(record.device);
   log_->Write(entry);
   on_first_record_();
 }
@@ -122,7 +123,8 @@ void Recorder::FormatEntry(const LogEntry& e, std::string* line) {
       const CallRecord record{
           ProgramCall{api, static_cast<Via>(e.via), reinterpret_cast<void*>(e.ptr), e.bytes,
                       e.call.flags},
-          e.result, e.latency_ns, action, e.call.evicted, static_cast<PassReason>(e.reason)};
+          e.result, e.latency_ns, action, e.call.evicted, static_cast<PassReason>(e.reason),
+          0, e.device};
       line->append(CallRecordLine(e.t_ns, e.tid, record, e.stack).view());
       log_bytes_ += line->size() + 1;
       return;

@@ -236,7 +236,7 @@ class JsonReport(unittest.TestCase):
         d = report_json(fx("log_mode.jsonl"))
         self.assertEqual(d["lazypin_report"], 1)
         self.assertEqual(list(d), ["lazypin_report", "files", "processes", "totals", "apis",
-                                   "size_classes", "pool", "host_alloc", "autopin", "advice",
+                                   "size_classes", "pool", "host_alloc", "devices", "autopin", "advice",
                                    "call_sites", "slowest", "errors", "warnings"])
         self.assertFalse(d["host_alloc"]["active"])  # no pinned host allocation in that log
         reg = d["apis"]["cudaHostRegister"]
