@@ -91,6 +91,17 @@ bool Collector::WaitFreed(uint64_t ticket, int64_t timeout_ms) {
   }
 }
 
+Collector::Again Collector::FreedAgain(const void* block, int64_t timeout_ms) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(block);
+  bool pending = false;
+  for (size_t i = 0; i < kSlots && !pending; ++i) {
+    pending = slots_[i].block.load(std::memory_order_acquire) == address;
+  }
+  if (!pending) return Again::kNotPending;
+  return WaitFreed(handed_.load(std::memory_order_acquire), timeout_ms) ? Again::kDone
+                                                                          : Again::kTimedOut;
+}
+
 bool Collector::ReleaseParked(int64_t timeout_ms) {
   if (stopping_.load(std::memory_order_acquire)) return false;
   const uint32_t ticket = release_asked_.fetch_add(1, std::memory_order_acq_rel) + 1;
@@ -122,10 +133,12 @@ void Collector::FinishFrees() {
     const uintptr_t address = slot.block.load(std::memory_order_acquire);
     if (address <= kClaimed) continue;  // free, or a HandOver still filling it (a later ticket)
     const size_t bytes = slot.bytes.load(std::memory_order_relaxed);
-    slot.block.store(0, std::memory_order_release);  // the slot is free again: only this thread takes slots
     pool_->MarkLeft(address, address + bytes);  // done already unless the free found the lock busy
     pool_->Invalidate(address, address + bytes, EvictReason::kFree);
     real_free_(reinterpret_cast<void*>(address));
+    // Free again only now, so that a second free of the block finds it
+    // pending until glibc has it (FreedAgain).
+    slot.block.store(0, std::memory_order_release);
     pending_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
   }
   if (static_cast<int32_t>(static_cast<uint32_t>(upto) -

@@ -75,6 +75,13 @@ class Collector {
   // inside it) and this waits for that, at most `timeout_ms`. False on
   // timeout or once stopping. Never from the collector's own thread.
   bool ReleaseParked(int64_t timeout_ms);
+  // `block` is freed again while its first free is still handed over (the
+  // program's double free)? If so, waits until every free handed over so far
+  // is done, at most `timeout_ms`, so that glibc's free then meets the second
+  // free as without lazypin. Async-signal-safe; scans the slots (only frees
+  // of pooled memory get here).
+  enum class Again { kNotPending, kDone, kTimedOut };
+  Again FreedAgain(const void* block, int64_t timeout_ms);
   // Bytes handed over and not yet freed.
   uint64_t PendingBytes() const { return pending_bytes_.load(std::memory_order_relaxed); }
   // Stops and joins the thread, then finishes the frees handed over.

@@ -14,6 +14,7 @@
 #include <malloc.h>
 #include <string.h>
 
+#include "glibc_blocks.h"
 #include "memory_guard.h"
 #include "pages.h"
 #include "real.h"
@@ -27,10 +28,17 @@ std::atomic<int64_t> g_parked_blocks{0};
 
 namespace {
 
+// What the program set with mallopt (the mallopt hook; never reset: glibc
+// keeps it too). A threshold of 0 is valid (glibc then mmaps every chunk it
+// cannot take from its bins or top).
+std::atomic<size_t> g_mmap_threshold{kGlibcMmapFloor};
+std::atomic<bool> g_mmap_none{false};
+
 using MallocFn = void* (*)(size_t);
 using CallocFn = void* (*)(size_t, size_t);
 using PosixMemalignFn = int (*)(void**, size_t, size_t);
 using AlignFn = void* (*)(size_t, size_t);
+using MalloptFn = int (*)(int, int);
 
 real::Lazy<MallocFn> g_malloc;
 real::Lazy<CallocFn> g_calloc;
@@ -39,6 +47,7 @@ real::Lazy<AlignFn> g_aligned_alloc;
 real::Lazy<AlignFn> g_memalign;
 real::Lazy<MallocFn> g_valloc;
 real::Lazy<MallocFn> g_pvalloc;
+real::Lazy<MalloptFn> g_mallopt;
 
 constexpr size_t kArenaBytes = size_t{256} << 10;
 constexpr size_t kArenaHeader = 16;
@@ -98,11 +107,19 @@ size_t BootstrapSize(const void* ptr) {
   return bytes;
 }
 
+size_t GlibcMmapFloorNow() {
+  if (g_mmap_none.load(std::memory_order_relaxed)) return kGlibcNoMmap;
+  return g_mmap_threshold.load(std::memory_order_relaxed);
+}
+
 void* ServeParked(size_t bytes, size_t align, bool zero) {
   const ShimState* state = PublishedState();
   const MemoryGuard* guard = state != nullptr ? state->guard : nullptr;
-  void* block = guard != nullptr ? guard->Serve(bytes, align) : nullptr;
-  if (block != nullptr && zero) memset(block, 0, malloc_usable_size(block));
+  void* block = guard != nullptr ? guard->Serve(bytes, align, GlibcMmapFloorNow()) : nullptr;
+  if (block != nullptr) {
+    const GlibcChunk chunk = GlibcChunkOf(block, PageSize());
+    if (zero || chunk.mmapped) memset(block, 0, chunk.usable);
+  }
   return block;
 }
 
@@ -317,4 +334,18 @@ LAZYPIN_EXPORT void* pvalloc(size_t bytes) {
   const size_t page = PageSize();
   const size_t rounded = bytes <= ~size_t{0} - page ? (bytes + page - 1) & ~(page - 1) : 0;
   return PageAlignedSlow(g_pvalloc, "pvalloc", bytes, rounded);
+}
+
+// Followed so that a parked block is served only where glibc could have made
+// that block fresh (GlibcMmapFloorNow); the call itself is glibc's.
+LAZYPIN_EXPORT int mallopt(int param, int value) {
+  MalloptFn real = g_mallopt.Get(&real::Next, "mallopt");
+  if (real == nullptr) return 0;
+  const int ok = real(param, value);
+  if (ok != 0 && param == M_MMAP_THRESHOLD) {
+    g_mmap_threshold.store(static_cast<size_t>(value), std::memory_order_relaxed);
+  } else if (ok != 0 && param == M_MMAP_MAX) {
+    g_mmap_none.store(value <= 0, std::memory_order_relaxed);
+  }
+  return ok;
 }

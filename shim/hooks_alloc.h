@@ -22,9 +22,16 @@ extern std::atomic<int64_t> g_parked_blocks;
 bool AllocatorReuseCheck(std::string* why);
 
 // A parked block for an allocation (null if none): through the published
-// guard. `zero`: calloc's (the whole usable size is zeroed, as glibc's
-// calloc clears its chunk).
+// guard. Zeroed (the whole usable size) for `zero` (calloc's, as glibc's
+// calloc clears its chunk) and when it is an mmapped chunk (a fresh one is
+// new pages, which read as zeros).
 void* ServeParked(size_t bytes, size_t align, bool zero);
+
+// The smallest request glibc may serve with an mmapped chunk now (for
+// GlibcFreshUsable): its lowest dynamic threshold, or what the program set
+// with mallopt (M_MMAP_THRESHOLD; M_MMAP_MAX 0: none, kGlibcNoMmap), which
+// the mallopt hook follows.
+size_t GlibcMmapFloorNow();
 
 // Memory handed out while lazypin looked a real function up (the loader may
 // allocate meanwhile): a static arena, never given to the real free.

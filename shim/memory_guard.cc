@@ -36,14 +36,51 @@ void MemoryGuard::Leaving(uintptr_t lo, uintptr_t hi, EvictReason reason) const 
 
 void MemoryGuard::Protecting(uintptr_t lo, uintptr_t hi, int prot) const {
   constexpr int kReadWrite = PROT_READ | PROT_WRITE;
-  if ((prot & kReadWrite) != kReadWrite) Leaving(lo, hi, EvictReason::kMprotect);
+  if ((prot & kReadWrite) != kReadWrite) {
+    Leaving(lo, hi, EvictReason::kMprotect);
+  } else {
+    Touching(lo, hi, EvictReason::kMprotect);
+  }
+}
+
+void MemoryGuard::Touching(uintptr_t lo, uintptr_t hi, EvictReason reason) const {
+  if (t_state.inside == 0 && HostHolding() && !LeftProcess()) {
+    ScopedInsideLazypin inside;
+    host_cache_->Invalidate(lo, hi, reason);
+  }
+}
+
+void MemoryGuard::Reclaiming(uintptr_t lo, uintptr_t hi) const {
+  Touching(lo, hi, EvictReason::kMemoryCall);
+  if (!reuse_ || t_state.inside > 0 || t_state.own_thread || !pool_->MaybeHolds(lo, hi) ||
+      LeftProcess()) {
+    return;
+  }
+  ScopedInsideLazypin inside;
+  pool_->ReleaseParked(EvictReason::kMmapFixed, lo, hi);
+}
+
+void MemoryGuard::YieldingWatch(uintptr_t lo, uintptr_t hi) const {
+  if (t_state.inside > 0 || t_state.own_thread || !pool_->MaybeTracks(lo, hi) || LeftProcess()) {
+    return;
+  }
+  ScopedInsideLazypin inside;
+  pool_->YieldWatch(lo, hi, EvictReason::kUserfaultfd);
+}
+
+size_t MemoryGuard::BlockBytes(const void* block) const {
+  // glibc's own checks first, on the header words its free reads first: a
+  // pointer it rejects is left for it to reject, where malloc_usable_size
+  // would read further (the next chunk's header) and fault first.
+  if (glibc_) return GlibcChunkOf(block, PageSize()).usable;
+  return malloc_usable_size(const_cast<void*>(block));
 }
 
 bool MemoryGuard::TakeFree(void* block) const {
   if (!pool_->Tracking()) return false;  // Holding() only for the host cache's blocks
   const uintptr_t lo = reinterpret_cast<uintptr_t>(block);
-  const size_t bytes = malloc_usable_size(block);
-  if (!pool_->MaybeTracks(lo, lo + bytes) || LeftProcess()) return false;
+  const size_t bytes = BlockBytes(block);
+  if (bytes == 0 || !pool_->MaybeTracks(lo, lo + bytes) || LeftProcess()) return false;
   if (t_state.inside > 0) {
     // lazypin's own code is running on this thread (and may hold the pool's
     // lock), so this free comes from it (never pooled memory) or from a
@@ -59,7 +96,19 @@ bool MemoryGuard::TakeFree(void* block) const {
     }
     return true;
   }
+  // A second free of a block whose first free lazypin holds (handed over, or
+  // parked below): the first is made glibc's before this one reaches glibc's
+  // free, which then fails as without lazypin ("double free detected").
+  constexpr int64_t kDoubleFreeWaitMs = 2000;
+  if (collector_ != nullptr && collector_->PendingBytes() != 0) {
+    switch (collector_->FreedAgain(block, kDoubleFreeWaitMs)) {
+      case Collector::Again::kNotPending: break;
+      case Collector::Again::kDone: return false;
+      case Collector::Again::kTimedOut: return true;  // freed once, later: never twice
+    }
+  }
   bool pooled;
+  bool freed_again = false;
   {
     ScopedInsideLazypin inside;  // a signal handler's free meanwhile must not take the lock
     // The pool's lock busy: its holder may wait for the allocator's lock,
@@ -75,13 +124,32 @@ bool MemoryGuard::TakeFree(void* block) const {
     }
     // Kept: the block stays the allocator's (allocated) and registered, so
     // its pages stay the same until an allocation takes it back or the pool
-    // releases it (unregister, then the real free).
-    if (pooled && reuse_ && pool_->Park(lo, bytes)) return true;
+    // releases it (unregister, then the real free). Only a block an
+    // allocation could be given as it is (GlibcChunkOf): another stays parked
+    // while a later allocation of its kind lands elsewhere.
+    if (pooled && reuse_) {
+      if (GlibcChunkOf(block, PageSize()).servable && pool_->Park(lo, bytes)) return true;
+      freed_again = pool_->UnparkFreedAgain(lo);
+    }
   }
   if (!pooled) return false;
   // The collector unregisters, then frees it, so this thread never calls the
   // driver here (it may be a signal handler that interrupted the driver) nor
   // waits for an unregister stalled by a busy GPU.
+  if (freed_again) {
+    // The program's first free of it was parked: glibc has not seen it. The
+    // collector makes that free (waited for), then this one goes to glibc.
+    if (collector_ == nullptr) {
+      Leaving(lo, lo + bytes, EvictReason::kDoubleFree);
+      return false;  // glibc sees one free of it (exit: the second one is lost)
+    }
+    const uint64_t ticket = collector_->HandOver(block, bytes);
+    if (ticket == 0) {
+      Leaving(lo, lo + bytes, EvictReason::kDoubleFree);
+      return false;
+    }
+    return !collector_->WaitFreed(ticket, kDoubleFreeWaitMs);
+  }
   if (collector_ != nullptr && collector_->TakeFree(block, bytes, /*may_wait=*/true)) return true;
   Leaving(lo, lo + bytes, EvictReason::kFree);  // no collector (exit) or all its slots taken: here
   return false;
@@ -93,9 +161,9 @@ bool MemoryGuard::ReleaseParkedForAllocation() const {
   return collector_->ReleaseParked(kWaitMs);
 }
 
-void* MemoryGuard::Serve(size_t bytes, size_t align) const {
+void* MemoryGuard::Serve(size_t bytes, size_t align, size_t mmap_floor) const {
   if (!reuse_ || t_state.inside > 0) return nullptr;
-  const FreshSizes sizes = GlibcFreshUsable(bytes, align, PageSize());
+  const FreshSizes sizes = GlibcFreshUsable(bytes, align, PageSize(), mmap_floor);
   if (!pool_->MaybeParked(sizes) || LeftProcess()) return nullptr;
   ScopedInsideLazypin inside;
   return reinterpret_cast<void*>(pool_->Unpark(sizes, align));

@@ -267,9 +267,19 @@ class Pool {
   // entry stays deferred until the program registers it: a hit); 0 if none,
   // and 0 when the lock stays busy over a few yields (it never blocks).
   uintptr_t Unpark(const FreshSizes& sizes, size_t align);
-  // Releases every parked block (unregister, then the real free): an
-  // allocation failed while they held memory. Returns how many.
-  int ReleaseParked(EvictReason reason);
+  // Releases every parked block overlapping [lo, hi) (unregister, then the
+  // real free): an allocation failed while they held memory, or the program
+  // maps over memory it freed. Returns how many.
+  int ReleaseParked(EvictReason reason, uintptr_t lo = 0, uintptr_t hi = ~uintptr_t{0});
+  // free(block) of a block that is parked: the program frees it twice. Takes
+  // it out of the park (its entry stays deferred, as a served block's), so
+  // that releasing the entry no longer frees it; true if it was parked.
+  bool UnparkFreedAgain(uintptr_t block);
+  // Another userfaultfd is to register [lo, hi) (the program's own): the
+  // kernel allows one per range, so lazypin lets go of it. Deferred entries
+  // there are released (`reason`); in-use ones are unwatched and never
+  // deferred (their unregister is the driver's). Returns how many were touched.
+  int YieldWatch(uintptr_t lo, uintptr_t hi, EvictReason reason);
   // Cheap and lock-free: false means Unpark(sizes, ...) would find nothing.
   bool MaybeParked(const FreshSizes& sizes) const {
     for (int i = 0; i < sizes.count; ++i) {

@@ -201,6 +201,7 @@ class Shim final : public DispatchEnv, public PoolObserver, public HostAllocObse
   std::unique_ptr<Collector> collector_;
   std::unique_ptr<Dispatch> dispatch_;
   std::unique_ptr<MemoryGuard> guard_;
+  bool glibc_allocator_ = false;  // AllocatorReuseCheck passed (defer mode)
   std::unique_ptr<AutoPin> auto_pin_;
   Mode effective_ = Mode::kOff;
   std::string why_;  // why the effective mode differs from the requested one
@@ -363,10 +364,13 @@ void Shim::Init() {
       host_driver_ = MakeCudaHostAllocDriver();
       host_cache_ = std::make_unique<HostAllocCache>(host_driver_.get(), this, host_limits);
     }
+    // Whether freed blocks are glibc's: then their headers are read as
+    // glibc's free reads them (MemoryGuard), and they may come back.
+    std::string why_not;
+    glibc_allocator_ = AllocatorReuseCheck(&why_not);
     bool reuse = false;
     if (config_.reuse_freed != 0) {
-      std::string why_not;
-      reuse = AllocatorReuseCheck(&why_not);
+      reuse = glibc_allocator_;
       if (reuse) {
         pool_->EnableReuse(ReuseHooks{&RealFree, &g_parked_blocks, config_.reuse_freed});
       } else {  // said once, in the log: the program runs as with LAZYPIN_REUSE_FREED=0
@@ -378,7 +382,7 @@ void Shim::Init() {
     collector_ = std::make_unique<Collector>(pool_.get(), config_.idle_ms, &RealFree, FreeBounds{},
                                              &Captures(), host_cache_.get());
     guard_ = std::make_unique<MemoryGuard>(pool_.get(), collector_.get(), &LeftSetUpProcess,
-                                           host_cache_.get(), reuse);
+                                           host_cache_.get(), reuse, glibc_allocator_);
   }
   dispatch_ = std::make_unique<Dispatch>(this, pool_.get(), config_.unregister_wait,
                                          host_cache_.get());
@@ -616,7 +620,8 @@ void Shim::AtExit() {
   // From here on a free of pooled memory invalidates on the freeing thread:
   // the collector stops.
   if (guard_) {
-    static const MemoryGuard exit_guard(pool_.get(), nullptr, &LeftSetUpProcess, host_cache_.get());
+    static const MemoryGuard exit_guard(pool_.get(), nullptr, &LeftSetUpProcess, host_cache_.get(),
+                                        /*reuse=*/false, glibc_allocator_);
     Publish(new ShimState{state_->requested, state_->effective, state_->why, dispatch_.get(),
                           &exit_guard});
   }

@@ -42,6 +42,8 @@ enum class EvictReason {
   kMadvise, kBrk, kShmdt, kShmat, kContext, kPfn, kExit, kWatch, kFork, kMprotect,
   kDoubleFree,  // the host-allocation cache: a second free of a cached block
   kFlags,       // the host-allocation cache: an allocation with other flags (see Alloc)
+  kUserfaultfd,  // the program registers the range with a userfaultfd of its own
+  kMemoryCall,   // the host-allocation cache: a memory call (mlock, mincore, ...) on a kept block
   kCount  // number of reasons
 };
 const char* EvictReasonName(EvictReason reason);
