@@ -93,13 +93,26 @@ bool Collector::WaitFreed(uint64_t ticket, int64_t timeout_ms) {
 
 Collector::Again Collector::FreedAgain(const void* block, int64_t timeout_ms) {
   const uintptr_t address = reinterpret_cast<uintptr_t>(block);
-  bool pending = false;
-  for (size_t i = 0; i < kSlots && !pending; ++i) {
-    pending = slots_[i].block.load(std::memory_order_acquire) == address;
+  for (size_t i = 0; i < kSlots; ++i) {
+    Slot& slot = slots_[i];
+    uintptr_t expected = address;
+    if (slot.block.load(std::memory_order_seq_cst) != address) continue;
+    if (slot.block.compare_exchange_strong(expected, kClaimed, std::memory_order_seq_cst)) {
+      const size_t bytes = slot.bytes.load(std::memory_order_relaxed);
+      pool_->MarkLeft(address, address + bytes);
+      pool_->Invalidate(address, address + bytes, EvictReason::kFree);
+      real_free_(reinterpret_cast<void*>(address));
+      pending_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+      slot.block.store(0, std::memory_order_release);
+      return Again::kDone;
+    }
+    // The thread took it meanwhile: it frees it.
+    return WaitHandedFrees(timeout_ms) ? Again::kDone : Again::kTimedOut;
   }
-  if (!pending) return Again::kNotPending;
-  return WaitFreed(handed_.load(std::memory_order_acquire), timeout_ms) ? Again::kDone
-                                                                          : Again::kTimedOut;
+  if (busy_block_.load(std::memory_order_seq_cst) == address) {  // the thread is freeing it
+    return WaitHandedFrees(timeout_ms) ? Again::kDone : Again::kTimedOut;
+  }
+  return Again::kNotPending;
 }
 
 bool Collector::ReleaseParked(int64_t timeout_ms) {
@@ -132,13 +145,20 @@ void Collector::FinishFrees() {
     Slot& slot = slots_[i];
     const uintptr_t address = slot.block.load(std::memory_order_acquire);
     if (address <= kClaimed) continue;  // free, or a HandOver still filling it (a later ticket)
+    // Named as being freed before its slot stops naming it, so that a second
+    // free of it always finds one of the two (FreedAgain).
+    busy_block_.store(address, std::memory_order_seq_cst);
+    uintptr_t expected = address;
+    if (!slot.block.compare_exchange_strong(expected, kClaimed, std::memory_order_seq_cst)) {
+      busy_block_.store(0, std::memory_order_seq_cst);
+      continue;  // taken back by a second free of the block (FreedAgain)
+    }
     const size_t bytes = slot.bytes.load(std::memory_order_relaxed);
     pool_->MarkLeft(address, address + bytes);  // done already unless the free found the lock busy
     pool_->Invalidate(address, address + bytes, EvictReason::kFree);
     real_free_(reinterpret_cast<void*>(address));
-    // Free again only now, so that a second free of the block finds it
-    // pending until glibc has it (FreedAgain).
-    slot.block.store(0, std::memory_order_release);
+    busy_block_.store(0, std::memory_order_seq_cst);
+    slot.block.store(0, std::memory_order_release);  // free again: a HandOver may take it
     pending_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
   }
   if (static_cast<int32_t>(static_cast<uint32_t>(upto) -

@@ -1,6 +1,9 @@
 // glibc_blocks: see glibc_blocks.h (the formulas are glibc malloc.c's).
 #include "glibc_blocks.h"
 
+#include <malloc.h>
+
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 
@@ -13,6 +16,11 @@ constexpr size_t kMinSize = 32;      // MINSIZE
 constexpr size_t kChunkHdr = 16;     // CHUNK_HDR_SZ
 constexpr size_t kIsMmapped = 2;    // IS_MMAPPED
 constexpr size_t kSizeBits = 7;     // SIZE_BITS
+
+// What the program set with mallopt (never reset: glibc keeps it too). A
+// threshold of 0 is valid (glibc then mmaps what its bins and top cannot give).
+std::atomic<size_t> g_mmap_threshold{kGlibcMmapFloor};
+std::atomic<bool> g_mmap_none{false};
 
 size_t Request2Size(size_t n) {
   return n + kSizeSz + kAlignMask < kMinSize ? kMinSize : (n + kSizeSz + kAlignMask) & ~kAlignMask;
@@ -51,6 +59,19 @@ FreshSizes GlibcFreshUsable(size_t bytes, size_t align, size_t page, size_t mmap
     }
   }
   return out;
+}
+
+void GlibcNoteMallopt(int param, int value) {
+  if (param == M_MMAP_THRESHOLD) {
+    g_mmap_threshold.store(static_cast<size_t>(value), std::memory_order_relaxed);
+  } else if (param == M_MMAP_MAX) {
+    g_mmap_none.store(value <= 0, std::memory_order_relaxed);
+  }
+}
+
+size_t GlibcMmapFloorNow() {
+  if (g_mmap_none.load(std::memory_order_relaxed)) return kGlibcNoMmap;
+  return g_mmap_threshold.load(std::memory_order_relaxed);
 }
 
 GlibcChunk GlibcChunkOf(const void* mem, size_t page) {

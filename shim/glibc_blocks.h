@@ -29,6 +29,18 @@ constexpr size_t kGlibcNoMmap = ~size_t{0};            // mallopt(M_MMAP_MAX, 0)
 FreshSizes GlibcFreshUsable(size_t bytes, size_t align, size_t page,
                             size_t mmap_floor = kGlibcMmapFloor);
 
+// glibc's mmap threshold as far as lazypin knows it: what the program set
+// with mallopt (the mallopt hook calls GlibcNoteMallopt after glibc accepted
+// it; a threshold set through the environment at start is not seen).
+void GlibcNoteMallopt(int param, int value);
+// The smallest request glibc may serve with an mmapped chunk now (for
+// GlibcFreshUsable, and the smallest mmapped chunk worth parking: a fresh
+// block of its size would be mmapped again): its lowest dynamic threshold,
+// or the one mallopt set; kGlibcNoMmap after M_MMAP_MAX 0. glibc's dynamic
+// threshold, which the free of an mmapped chunk below 32 MiB raises to its
+// size, is not followed (a parked block's free leaves it where it was).
+size_t GlibcMmapFloorNow();
+
 // The block `mem` handed to free(), as glibc's free sees it first: the words
 // it reads before any other (the chunk's size, and an mmapped chunk's lead),
 // put through the checks it makes on them ("free(): invalid pointer",

@@ -28,11 +28,6 @@ std::atomic<int64_t> g_parked_blocks{0};
 
 namespace {
 
-// What the program set with mallopt (the mallopt hook; never reset: glibc
-// keeps it too). A threshold of 0 is valid (glibc then mmaps every chunk it
-// cannot take from its bins or top).
-std::atomic<size_t> g_mmap_threshold{kGlibcMmapFloor};
-std::atomic<bool> g_mmap_none{false};
 
 using MallocFn = void* (*)(size_t);
 using CallocFn = void* (*)(size_t, size_t);
@@ -107,15 +102,10 @@ size_t BootstrapSize(const void* ptr) {
   return bytes;
 }
 
-size_t GlibcMmapFloorNow() {
-  if (g_mmap_none.load(std::memory_order_relaxed)) return kGlibcNoMmap;
-  return g_mmap_threshold.load(std::memory_order_relaxed);
-}
-
 void* ServeParked(size_t bytes, size_t align, bool zero) {
   const ShimState* state = PublishedState();
   const MemoryGuard* guard = state != nullptr ? state->guard : nullptr;
-  void* block = guard != nullptr ? guard->Serve(bytes, align, GlibcMmapFloorNow()) : nullptr;
+  void* block = guard != nullptr ? guard->Serve(bytes, align) : nullptr;
   if (block != nullptr) {
     const GlibcChunk chunk = GlibcChunkOf(block, PageSize());
     if (zero || chunk.mmapped) memset(block, 0, chunk.usable);
@@ -342,10 +332,6 @@ LAZYPIN_EXPORT int mallopt(int param, int value) {
   MalloptFn real = g_mallopt.Get(&real::Next, "mallopt");
   if (real == nullptr) return 0;
   const int ok = real(param, value);
-  if (ok != 0 && param == M_MMAP_THRESHOLD) {
-    g_mmap_threshold.store(static_cast<size_t>(value), std::memory_order_relaxed);
-  } else if (ok != 0 && param == M_MMAP_MAX) {
-    g_mmap_none.store(value <= 0, std::memory_order_relaxed);
-  }
+  if (ok != 0) GlibcNoteMallopt(param, value);
   return ok;
 }

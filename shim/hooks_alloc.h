@@ -27,11 +27,7 @@ bool AllocatorReuseCheck(std::string* why);
 // new pages, which read as zeros).
 void* ServeParked(size_t bytes, size_t align, bool zero);
 
-// The smallest request glibc may serve with an mmapped chunk now (for
-// GlibcFreshUsable): its lowest dynamic threshold, or what the program set
-// with mallopt (M_MMAP_THRESHOLD; M_MMAP_MAX 0: none, kGlibcNoMmap), which
-// the mallopt hook follows.
-size_t GlibcMmapFloorNow();
+
 
 // Memory handed out while lazypin looked a real function up (the loader may
 // allocate meanwhile): a static arena, never given to the real free.

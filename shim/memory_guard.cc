@@ -52,10 +52,12 @@ void MemoryGuard::Touching(uintptr_t lo, uintptr_t hi, EvictReason reason) const
 
 void MemoryGuard::Reclaiming(uintptr_t lo, uintptr_t hi) const {
   Touching(lo, hi, EvictReason::kMemoryCall);
-  if (!reuse_ || t_state.inside > 0 || t_state.own_thread || !pool_->MaybeHolds(lo, hi) ||
-      LeftProcess()) {
-    return;
-  }
+  if (t_state.inside > 0 || t_state.own_thread || LeftProcess()) return;
+  // Frees handed to the collector and not yet made: made first (the block
+  // may be there), as without lazypin the free was made when it returned.
+  constexpr int64_t kWaitMs = 2000;
+  if (collector_ != nullptr && collector_->PendingBytes() != 0) collector_->WaitHandedFrees(kWaitMs);
+  if (!reuse_ || !pool_->MaybeHolds(lo, hi)) return;
   ScopedInsideLazypin inside;
   pool_->ReleaseParked(EvictReason::kMmapFixed, lo, hi);
 }
@@ -74,6 +76,11 @@ size_t MemoryGuard::BlockBytes(const void* block) const {
   // would read further (the next chunk's header) and fault first.
   if (glibc_) return GlibcChunkOf(block, PageSize()).usable;
   return malloc_usable_size(const_cast<void*>(block));
+}
+
+bool MemoryGuard::Parkable(const void* block) {
+  const GlibcChunk chunk = GlibcChunkOf(block, PageSize());
+  return chunk.servable && (!chunk.mmapped || chunk.usable + 16 >= GlibcMmapFloorNow());
 }
 
 bool MemoryGuard::TakeFree(void* block) const {
@@ -97,10 +104,12 @@ bool MemoryGuard::TakeFree(void* block) const {
     return true;
   }
   // A second free of a block whose first free lazypin holds (handed over, or
-  // parked below): the first is made glibc's before this one reaches glibc's
-  // free, which then fails as without lazypin ("double free detected").
+  // parked below): the first is made glibc's, on this thread, before this one
+  // reaches glibc's free, which then fails as without lazypin ("double free
+  // detected": its tcache check looks at the freeing thread's cache).
   constexpr int64_t kDoubleFreeWaitMs = 2000;
   if (collector_ != nullptr && collector_->PendingBytes() != 0) {
+    ScopedInsideLazypin inside;
     switch (collector_->FreedAgain(block, kDoubleFreeWaitMs)) {
       case Collector::Again::kNotPending: break;
       case Collector::Again::kDone: return false;
@@ -108,7 +117,7 @@ bool MemoryGuard::TakeFree(void* block) const {
     }
   }
   bool pooled;
-  bool freed_again = false;
+  bool parked_before = false;
   {
     ScopedInsideLazypin inside;  // a signal handler's free meanwhile must not take the lock
     // The pool's lock busy: its holder may wait for the allocator's lock,
@@ -128,27 +137,20 @@ bool MemoryGuard::TakeFree(void* block) const {
     // allocation could be given as it is (GlibcChunkOf): another stays parked
     // while a later allocation of its kind lands elsewhere.
     if (pooled && reuse_) {
-      if (GlibcChunkOf(block, PageSize()).servable && pool_->Park(lo, bytes)) return true;
-      freed_again = pool_->UnparkFreedAgain(lo);
+      if (Parkable(block) && pool_->Park(lo, bytes)) return true;
+      parked_before = pool_->HoldsParked(lo);
     }
   }
   if (!pooled) return false;
   // The collector unregisters, then frees it, so this thread never calls the
   // driver here (it may be a signal handler that interrupted the driver) nor
   // waits for an unregister stalled by a busy GPU.
-  if (freed_again) {
-    // The program's first free of it was parked: glibc has not seen it. The
-    // collector makes that free (waited for), then this one goes to glibc.
-    if (collector_ == nullptr) {
-      Leaving(lo, lo + bytes, EvictReason::kDoubleFree);
-      return false;  // glibc sees one free of it (exit: the second one is lost)
-    }
-    const uint64_t ticket = collector_->HandOver(block, bytes);
-    if (ticket == 0) {
-      Leaving(lo, lo + bytes, EvictReason::kDoubleFree);
-      return false;
-    }
-    return !collector_->WaitFreed(ticket, kDoubleFreeWaitMs);
+  if (parked_before) {
+    // Its first free was parked: glibc has not seen it. Released here (the
+    // unregister, then glibc's free of it, on this thread), then this one
+    // goes to glibc.
+    Leaving(lo, lo + bytes, EvictReason::kDoubleFree);
+    return false;
   }
   if (collector_ != nullptr && collector_->TakeFree(block, bytes, /*may_wait=*/true)) return true;
   Leaving(lo, lo + bytes, EvictReason::kFree);  // no collector (exit) or all its slots taken: here
@@ -161,9 +163,9 @@ bool MemoryGuard::ReleaseParkedForAllocation() const {
   return collector_->ReleaseParked(kWaitMs);
 }
 
-void* MemoryGuard::Serve(size_t bytes, size_t align, size_t mmap_floor) const {
+void* MemoryGuard::Serve(size_t bytes, size_t align) const {
   if (!reuse_ || t_state.inside > 0) return nullptr;
-  const FreshSizes sizes = GlibcFreshUsable(bytes, align, PageSize(), mmap_floor);
+  const FreshSizes sizes = GlibcFreshUsable(bytes, align, PageSize(), GlibcMmapFloorNow());
   if (!pool_->MaybeParked(sizes) || LeftProcess()) return nullptr;
   ScopedInsideLazypin inside;
   return reinterpret_cast<void*>(pool_->Unpark(sizes, align));

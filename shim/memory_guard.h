@@ -82,9 +82,9 @@ class MemoryGuard {
 
   // An allocation of `bytes` aligned to `align` (0: malloc's): a parked block
   // its own fresh glibc block could have been (GlibcFreshUsable), or null
-  // (then the caller allocates); `mmap_floor` as GlibcFreshUsable's. Null on a thread inside lazypin's code and
+  // (then the caller allocates; glibc's mmap threshold: GlibcMmapFloorNow). Null on a thread inside lazypin's code and
   // in a copy of the process. Not async-signal-safe (nor is malloc).
-  void* Serve(size_t bytes, size_t align, size_t mmap_floor = kGlibcMmapFloor) const;
+  void* Serve(size_t bytes, size_t align) const;
   // An allocation failed while blocks are parked: has the collector release
   // them (unregister, then free) and waits for that, at most 2 s. True if
   // they were released (try the allocation again). Never on a thread inside
@@ -95,6 +95,10 @@ class MemoryGuard {
  private:
   // What a freed block spans (0: glibc would reject it; see GlibcChunkOf).
   size_t BlockBytes(const void* block) const;
+  // A block an allocation could be given as it is, with glibc's state after
+  // its free as without lazypin (GlibcChunkOf; an mmapped chunk only of a
+  // size glibc would mmap again, GlibcMmapFloorNow).
+  static bool Parkable(const void* block);
   bool LeftProcess() const { return left_process_ != nullptr && left_process_(); }
   bool HostHolding() const { return host_cache_ != nullptr && host_cache_->MaybeHolds(); }
 

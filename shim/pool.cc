@@ -695,11 +695,11 @@ int Pool::ReleaseParked(EvictReason reason, uintptr_t lo, uintptr_t hi) {
   return released;
 }
 
-bool Pool::UnparkFreedAgain(uintptr_t block) {
+bool Pool::HoldsParked(uintptr_t block) const {
   if (abandoned_.load(std::memory_order_relaxed) || Empty()) return false;
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(block);
-  return it != entries_.end() && UnparkLocked(it->second);
+  return it != entries_.end() && it->second.parked != 0;
 }
 
 int Pool::YieldWatch(uintptr_t lo, uintptr_t hi, EvictReason reason) {

@@ -271,10 +271,8 @@ class Pool {
   // real free): an allocation failed while they held memory, or the program
   // maps over memory it freed. Returns how many.
   int ReleaseParked(EvictReason reason, uintptr_t lo = 0, uintptr_t hi = ~uintptr_t{0});
-  // free(block) of a block that is parked: the program frees it twice. Takes
-  // it out of the park (its entry stays deferred, as a served block's), so
-  // that releasing the entry no longer frees it; true if it was parked.
-  bool UnparkFreedAgain(uintptr_t block);
+  // A parked block is based at `block` (a free of it is the program's second).
+  bool HoldsParked(uintptr_t block) const;
   // Another userfaultfd is to register [lo, hi) (the program's own): the
   // kernel allows one per range, so lazypin lets go of it. Deferred entries
   // there are released (`reason`); in-use ones are unwatched and never
