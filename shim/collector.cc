@@ -154,11 +154,11 @@ void Collector::FinishFrees() {
       continue;  // taken back by a second free of the block (FreedAgain)
     }
     const size_t bytes = slot.bytes.load(std::memory_order_relaxed);
+    slot.block.store(0, std::memory_order_release);  // free again: a HandOver may take it
     pool_->MarkLeft(address, address + bytes);  // done already unless the free found the lock busy
     pool_->Invalidate(address, address + bytes, EvictReason::kFree);
     real_free_(reinterpret_cast<void*>(address));
     busy_block_.store(0, std::memory_order_seq_cst);
-    slot.block.store(0, std::memory_order_release);  // free again: a HandOver may take it
     pending_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
   }
   if (static_cast<int32_t>(static_cast<uint32_t>(upto) -

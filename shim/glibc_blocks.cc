@@ -2,6 +2,7 @@
 #include "glibc_blocks.h"
 
 #include <malloc.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
@@ -15,6 +16,8 @@ constexpr size_t kAlignMask = 15;    // MALLOC_ALIGNMENT - 1
 constexpr size_t kMinSize = 32;      // MINSIZE
 constexpr size_t kChunkHdr = 16;     // CHUNK_HDR_SZ
 constexpr size_t kIsMmapped = 2;    // IS_MMAPPED
+constexpr size_t kNonMainArena = 4; // NON_MAIN_ARENA
+constexpr uintptr_t kHeapMax = uintptr_t{64} << 20;  // HEAP_MAX_SIZE (LP64)
 constexpr size_t kSizeBits = 7;     // SIZE_BITS
 
 // What the program set with mallopt (never reset: glibc keeps it too). A
@@ -83,6 +86,15 @@ GlibcChunk GlibcChunkOf(const void* mem, size_t page) {
   if (chunk > -size || (reinterpret_cast<uintptr_t>(mem) & kAlignMask) != 0) return out;
   if (size < kMinSize || (size & kAlignMask) != 0) return out;
   if ((head & kIsMmapped) == 0) {
+    // Within its arena, as glibc's free checks before it reads the next
+    // chunk ("double free or corruption (out)"): the main arena's heap ends
+    // at the break, another arena's chunk lies in its 64 MiB heap.
+    const uintptr_t end = chunk + size;
+    if ((head & kNonMainArena) == 0) {
+      if (end > reinterpret_cast<uintptr_t>(sbrk(0))) return out;
+    } else if ((chunk & ~(kHeapMax - 1)) != ((end - 1) & ~(kHeapMax - 1))) {
+      return out;
+    }
     out.usable = size - kSizeSz;  // memsize(): in use, as a block being freed is
     out.servable = true;
     return out;

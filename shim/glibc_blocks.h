@@ -44,7 +44,8 @@ size_t GlibcMmapFloorNow();
 // The block `mem` handed to free(), as glibc's free sees it first: the words
 // it reads before any other (the chunk's size, and an mmapped chunk's lead),
 // put through the checks it makes on them ("free(): invalid pointer",
-// "free(): invalid size", "munmap_chunk(): invalid pointer"). Nothing else is
+// "free(): invalid size", "munmap_chunk(): invalid pointer"; a heap chunk
+// must end within its arena: the break, or its 64 MiB heap). Nothing else is
 // read, so a pointer glibc rejects is left for glibc to reject, and one whose
 // header is unmapped faults there as it does bare. `usable`: what
 // malloc_usable_size gives an allocated block with that header (0: glibc
