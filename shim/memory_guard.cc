@@ -134,17 +134,14 @@ bool MemoryGuard::TakeFree(void* block) const {
     // Kept: the block stays the allocator's (allocated) and registered, so
     // its pages stay the same until an allocation takes it back or the pool
     // releases it (unregister, then the real free). Only a block an
-    // allocation could be given as it is (GlibcChunkOf): another stays parked
-    // while a later allocation of its kind lands elsewhere.
+    // allocation could be given as a fresh one (Parkable): another would stay
+    // parked while later allocations of its kind land elsewhere.
     if (pooled && reuse_) {
       if (Parkable(block) && pool_->Park(lo, bytes)) return true;
       parked_before = pool_->HoldsParked(lo);
     }
   }
   if (!pooled) return false;
-  // The collector unregisters, then frees it, so this thread never calls the
-  // driver here (it may be a signal handler that interrupted the driver) nor
-  // waits for an unregister stalled by a busy GPU.
   if (parked_before) {
     // Its first free was parked: glibc has not seen it. Released here (the
     // unregister, then glibc's free of it, on this thread), then this one
@@ -152,6 +149,9 @@ bool MemoryGuard::TakeFree(void* block) const {
     Leaving(lo, lo + bytes, EvictReason::kDoubleFree);
     return false;
   }
+  // The collector unregisters, then frees it, so this thread never calls the
+  // driver here (it may be a signal handler that interrupted the driver) nor
+  // waits for an unregister stalled by a busy GPU.
   if (collector_ != nullptr && collector_->TakeFree(block, bytes, /*may_wait=*/true)) return true;
   Leaving(lo, lo + bytes, EvictReason::kFree);  // no collector (exit) or all its slots taken: here
   return false;
