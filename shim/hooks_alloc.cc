@@ -332,6 +332,15 @@ LAZYPIN_EXPORT int mallopt(int param, int value) {
   MalloptFn real = g_mallopt.Get(&real::Next, "mallopt");
   if (real == nullptr) return 0;
   const int ok = real(param, value);
-  if (ok != 0) GlibcNoteMallopt(param, value);
+  if (ok != 0 && (param == M_MMAP_THRESHOLD || param == M_MMAP_MAX)) {
+    GlibcNoteMallopt(param, value);
+    // Parked mmapped blocks may no longer be what a fresh block of their size
+    // would be: all are released (the program's frees reach glibc), as bare
+    // they had been.
+    if (AnyParked()) {
+      const ShimState* state = PublishedState();
+      if (state != nullptr && state->guard != nullptr) state->guard->ReleaseParkedForAllocation();
+    }
+  }
   return ok;
 }
