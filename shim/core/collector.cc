@@ -90,6 +90,30 @@ bool Collector::WaitFreed(uint64_t ticket, int64_t timeout_ms) {
   }
 }
 
+Collector::Again Collector::FreedAgain(const void* block, int64_t timeout_ms) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(block);
+  for (size_t i = 0; i < kSlots; ++i) {
+    Slot& slot = slots_[i];
+    uintptr_t expected = address;
+    if (slot.block.load(std::memory_order_seq_cst) != address) continue;
+    if (slot.block.compare_exchange_strong(expected, kClaimed, std::memory_order_seq_cst)) {
+      const size_t bytes = slot.bytes.load(std::memory_order_relaxed);
+      pool_->MarkLeft(address, address + bytes);
+      pool_->Invalidate(address, address + bytes, EvictReason::kFree);
+      real_free_(reinterpret_cast<void*>(address));
+      pending_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+      slot.block.store(0, std::memory_order_release);
+      return Again::kDone;
+    }
+    // The thread took it meanwhile: it frees it.
+    return WaitHandedFrees(timeout_ms) ? Again::kDone : Again::kTimedOut;
+  }
+  if (busy_block_.load(std::memory_order_seq_cst) == address) {  // the thread is freeing it
+    return WaitHandedFrees(timeout_ms) ? Again::kDone : Again::kTimedOut;
+  }
+  return Again::kNotPending;
+}
+
 bool Collector::ReleaseParked(int64_t timeout_ms) {
   if (stopping_.load(std::memory_order_acquire)) return false;
   const uint32_t ticket = release_asked_.fetch_add(1, std::memory_order_acq_rel) + 1;
@@ -146,11 +170,20 @@ void Collector::FinishFrees() {
     Slot& slot = slots_[i];
     const uintptr_t address = slot.block.load(std::memory_order_acquire);
     if (address <= kClaimed) continue;  // free, or a HandOver still filling it (a later ticket)
+    // Named as being freed before its slot stops naming it, so that a second
+    // free of it always finds one of the two (FreedAgain).
+    busy_block_.store(address, std::memory_order_seq_cst);
+    uintptr_t expected = address;
+    if (!slot.block.compare_exchange_strong(expected, kClaimed, std::memory_order_seq_cst)) {
+      busy_block_.store(0, std::memory_order_seq_cst);
+      continue;  // taken back by a second free of the block (FreedAgain)
+    }
     const size_t bytes = slot.bytes.load(std::memory_order_relaxed);
-    slot.block.store(0, std::memory_order_release);  // the slot is free again: only this thread takes slots
+    slot.block.store(0, std::memory_order_release);  // free again: a HandOver may take it
     pool_->MarkLeft(address, address + bytes);  // done already unless the free found the lock busy
     pool_->Invalidate(address, address + bytes, EvictReason::kFree);
     real_free_(reinterpret_cast<void*>(address));
+    busy_block_.store(0, std::memory_order_seq_cst);
     pending_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
   }
   if (static_cast<int32_t>(static_cast<uint32_t>(upto) -

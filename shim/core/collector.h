@@ -94,6 +94,22 @@ class Collector {
   static constexpr int64_t kPollGraceMs = 1000;
   // Deferred registrations unused this long are released under pressure.
   static constexpr int64_t kPressureIdleMs = 1000;
+  // `block` is freed again while its first free is still handed over (the
+  // program's double free)? If so, that first free is made before this
+  // returns: taken back from its slot and made on this thread (invalidated,
+  // then freed), so that glibc's free then meets the second one as without
+  // lazypin (its tcache check looks at the freeing thread's cache only), or,
+  // when the thread has it already, waited for (at most `timeout_ms`).
+  // Scans the slots (only frees of pooled memory get here). Call inside
+  // lazypin's code (ScopedInsideLazypin), never from a signal handler that
+  // interrupted it.
+  enum class Again { kNotPending, kDone, kTimedOut };
+  Again FreedAgain(const void* block, int64_t timeout_ms);
+  // Waits until every free handed over so far is done, at most `timeout_ms`
+  // (false on timeout). Async-signal-safe (a futex).
+  bool WaitHandedFrees(int64_t timeout_ms) {
+    return WaitFreed(handed_.load(std::memory_order_acquire), timeout_ms);
+  }
   // Bytes handed over and not yet freed.
   uint64_t PendingBytes() const { return pending_bytes_.load(std::memory_order_relaxed); }
   // Stops and joins the thread, then finishes the frees handed over.
@@ -111,6 +127,8 @@ class Collector {
     std::atomic<size_t> bytes{0};
   };
   static constexpr uintptr_t kClaimed = 1;
+  // The block the thread is freeing now (taken from its slot), or 0.
+  std::atomic<uintptr_t> busy_block_{0};
   static Slot* ZeroedSlots();
   void Run();
   // True while releases wait for a capture in progress to end (within the bound).

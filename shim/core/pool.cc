@@ -694,7 +694,7 @@ int Pool::CollectIdle(int64_t idle_ns, EvictReason reason) {
   return Evict(victims);
 }
 
-int Pool::ReleaseParked(EvictReason reason) {
+int Pool::ReleaseParked(EvictReason reason, uintptr_t lo, uintptr_t hi) {
   if (abandoned_.load(std::memory_order_relaxed)) return 0;
   // One at a time, allocating nothing: an allocation just failed.
   int released = 0;
@@ -702,9 +702,9 @@ int Pool::ReleaseParked(EvictReason reason) {
     Victim victim[1];
     {
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = entries_.begin();
-      while (it != entries_.end() && it->second.parked == 0) ++it;
-      if (it == entries_.end()) break;
+      auto it = FirstOverlap(lo);
+      while (it != entries_.end() && it->first < hi && it->second.parked == 0) ++it;
+      if (it == entries_.end() || it->first >= hi) break;
       victim[0] = TakeVictim(it->second, reason);
     }
     released += Evict(victim, 1);
@@ -724,6 +724,35 @@ bool Pool::ReleaseOldestParked(EvictReason reason) {
     victim[0] = TakeVictim(entries_.find(it->second)->second, reason);
   }
   return Evict(victim, 1) > 0;
+}
+
+bool Pool::HoldsParked(uintptr_t block) const {
+  if (abandoned_.load(std::memory_order_relaxed) || Empty()) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(block);
+  return it != entries_.end() && it->second.parked != 0;
+}
+
+int Pool::YieldWatch(uintptr_t lo, uintptr_t hi, EvictReason reason) {
+  if (abandoned_.load(std::memory_order_relaxed) || !Tracking() || hi <= lo) return 0;
+  std::vector<Victim> victims;
+  std::vector<Range> unwatched;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    AwaitQuiet(lock, PageFloor(lo), PageCeil(hi));
+    for (auto it = FirstOverlap(lo); it != entries_.end() && it->first < hi; ++it) {
+      Entry& e = it->second;
+      if (e.state == State::kDeferred) {
+        TakeVictim(e, reason, &victims);
+      } else if (e.state == State::kInUse && e.watched) {
+        unwatched.push_back(Range{e.base, RangeEnd(e.base, e.bytes)});
+        e.watched = false;
+        e.pass = PassReason::kUnwatched;
+      }
+    }
+  }
+  ReleaseWatched(unwatched);
+  return Evict(victims) + static_cast<int>(unwatched.size());
 }
 
 int Pool::ReleaseAll(EvictReason reason) {

@@ -280,9 +280,17 @@ class Pool {
   // entry stays deferred until the program registers it: a hit); 0 if none,
   // and 0 when the lock stays busy over a few yields (it never blocks).
   uintptr_t Unpark(const FreshSizes& sizes, size_t align);
-  // Releases every parked block (unregister, then the real free): an
-  // allocation failed while they held memory. Returns how many.
-  int ReleaseParked(EvictReason reason);
+  // Releases every parked block overlapping [lo, hi) (unregister, then the
+  // real free): an allocation failed while they held memory, or the program
+  // maps over memory it freed. Returns how many.
+  int ReleaseParked(EvictReason reason, uintptr_t lo = 0, uintptr_t hi = ~uintptr_t{0});
+  // A parked block is based at `block` (a free of it is the program's second).
+  bool HoldsParked(uintptr_t block) const;
+  // Another userfaultfd is to register [lo, hi) (the program's own): the
+  // kernel allows one per range, so lazypin lets go of it. Deferred entries
+  // there are released (`reason`); in-use ones are unwatched and never
+  // deferred (their unregister is the driver's). Returns how many were touched.
+  int YieldWatch(uintptr_t lo, uintptr_t hi, EvictReason reason);
   // Releases the block parked longest (unregister, then the real free):
   // false if none is parked.
   bool ReleaseOldestParked(EvictReason reason);

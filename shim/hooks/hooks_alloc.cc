@@ -14,6 +14,7 @@
 #include <malloc.h>
 #include <string.h>
 
+#include "glibc_blocks.h"
 #include "memory_budget.h"
 #include "memory_guard.h"
 #include "pages.h"
@@ -28,10 +29,12 @@ std::atomic<int64_t> g_alloc_gauge{0};
 
 namespace {
 
+
 using MallocFn = void* (*)(size_t);
 using CallocFn = void* (*)(size_t, size_t);
 using PosixMemalignFn = int (*)(void**, size_t, size_t);
 using AlignFn = void* (*)(size_t, size_t);
+using MalloptFn = int (*)(int, int);
 
 real::Lazy<MallocFn> g_malloc;
 real::Lazy<CallocFn> g_calloc;
@@ -40,6 +43,7 @@ real::Lazy<AlignFn> g_aligned_alloc;
 real::Lazy<AlignFn> g_memalign;
 real::Lazy<MallocFn> g_valloc;
 real::Lazy<MallocFn> g_pvalloc;
+real::Lazy<MalloptFn> g_mallopt;
 
 constexpr size_t kArenaBytes = size_t{256} << 10;
 constexpr size_t kArenaHeader = 16;
@@ -115,7 +119,10 @@ void* ServeParked(size_t bytes, size_t align, bool zero) {
   const ShimState* state = PublishedState();
   const MemoryGuard* guard = state != nullptr ? state->guard : nullptr;
   void* block = guard != nullptr ? guard->Serve(bytes, align) : nullptr;
-  if (block != nullptr && zero) memset(block, 0, malloc_usable_size(block));
+  if (block != nullptr) {
+    const GlibcChunk chunk = GlibcChunkOf(block, PageSize());
+    if (zero || chunk.mmapped) memset(block, 0, chunk.usable);
+  }
   return block;
 }
 
@@ -335,4 +342,23 @@ LAZYPIN_EXPORT void* pvalloc(size_t bytes) {
   const size_t page = PageSize();
   const size_t rounded = bytes <= ~size_t{0} - page ? (bytes + page - 1) & ~(page - 1) : 0;
   return PageAlignedSlow(g_pvalloc, "pvalloc", bytes, rounded);
+}
+
+// Followed so that a parked block is served only where glibc could have made
+// that block fresh (GlibcMmapFloorNow); the call itself is glibc's.
+LAZYPIN_EXPORT int mallopt(int param, int value) {
+  MalloptFn real = g_mallopt.Get(&real::Next, "mallopt");
+  if (real == nullptr) return 0;
+  const int ok = real(param, value);
+  if (ok != 0 && (param == M_MMAP_THRESHOLD || param == M_MMAP_MAX)) {
+    GlibcNoteMallopt(param, value);
+    // Parked mmapped blocks may no longer be what a fresh block of their size
+    // would be: all are released (the program's frees reach glibc), as bare
+    // they had been.
+    if (AnyParked()) {
+      const ShimState* state = PublishedState();
+      if (state != nullptr && state->guard != nullptr) state->guard->ReleaseParkedForAllocation();
+    }
+  }
+  return ok;
 }

@@ -31,9 +31,12 @@ void AnnounceAllocation(size_t bytes);
 bool AllocatorReuseCheck(std::string* why);
 
 // A parked block for an allocation (null if none): through the published
-// guard. `zero`: calloc's (the whole usable size is zeroed, as glibc's
-// calloc clears its chunk).
+// guard. Zeroed (the whole usable size) for `zero` (calloc's, as glibc's
+// calloc clears its chunk) and when it is an mmapped chunk (a fresh one is
+// new pages, which read as zeros).
 void* ServeParked(size_t bytes, size_t align, bool zero);
+
+
 
 // Memory handed out while lazypin looked a real function up (the loader may
 // allocate meanwhile): a static arena, never given to the real free.

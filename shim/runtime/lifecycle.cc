@@ -83,7 +83,8 @@ void Shim::AtExit() {
   // From here on a free of pooled memory invalidates on the freeing thread:
   // the collector stops.
   if (guard_) {
-    static const MemoryGuard exit_guard(pool_.get(), nullptr, &LeftSetUpProcess, host_cache_.get());
+    static const MemoryGuard exit_guard(pool_.get(), nullptr, &LeftSetUpProcess, host_cache_.get(),
+                                        /*reuse=*/false, glibc_allocator_);
     Publish(new ShimState{state_->requested, state_->effective, state_->why, dispatch_.get(),
                           &exit_guard});
   }

@@ -94,10 +94,13 @@ void Shim::Init() {
       host_driver_ = MakeCudaHostAllocDriver();
       host_cache_ = std::make_unique<HostAllocCache>(host_driver_.get(), recorder_.get(), host_limits);
     }
+    // Whether freed blocks are glibc's: then their headers are read as
+    // glibc's free reads them (MemoryGuard), and they may come back.
+    std::string why_not;
+    glibc_allocator_ = AllocatorReuseCheck(&why_not);
     bool reuse = false;
     if (config_.reuse_freed != 0) {
-      std::string why_not;
-      reuse = AllocatorReuseCheck(&why_not);
+      reuse = glibc_allocator_;
       if (reuse) {
         pool_->EnableReuse(
             ReuseHooks{&RealFree, &g_alloc_gauge, config_.reuse_freed, budget_.get()});
@@ -111,7 +114,8 @@ void Shim::Init() {
                                              &Captures(), host_cache_.get(), budget_.get());
     budget_->SetWaker([](void* c) { static_cast<Collector*>(c)->Nudge(); }, collector_.get());
     guard_ = std::make_unique<MemoryGuard>(pool_.get(), collector_.get(), &LeftSetUpProcess,
-                                           host_cache_.get(), reuse, budget_.get());
+                                           host_cache_.get(), reuse, glibc_allocator_,
+                                           budget_.get());
   }
   dispatch_ = std::make_unique<Dispatch>(env_.get(), pool_.get(), config_.unregister_wait,
                                          host_cache_.get());

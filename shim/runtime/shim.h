@@ -82,6 +82,7 @@ class Shim {
   std::unique_ptr<Collector> collector_;
   std::unique_ptr<Dispatch> dispatch_;
   std::unique_ptr<MemoryGuard> guard_;
+  bool glibc_allocator_ = false;  // AllocatorReuseCheck passed (defer mode)
   std::unique_ptr<AutoPin> auto_pin_;
   Mode effective_ = Mode::kOff;
   std::string why_;  // why the effective mode differs from the requested one
