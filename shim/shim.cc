@@ -341,10 +341,7 @@ void Shim::Init() {
       said_at_first_call_.push_back(warnings_.back());
     }
   }
-  const std::string pattern = config_.log_path.empty()
-                                  ? DefaultLogPattern(program_invocation_short_name)
-                                  : config_.log_path;
-  log_ = Log::Deferred(ExpandLogPath(pattern, getpid()),
+  log_ = Log::Deferred(ExpandLogPath(config_.log_path, getpid()),
                        [this](const LogEntry& entry, std::string* line) { FormatEntry(entry, line); });
   if (config_.stacks != StackMode::kOff) {
     sites_ = std::make_unique<CallSites>(reinterpret_cast<const void*>(&ExitHandler));
