@@ -250,7 +250,19 @@ std::string CheckLogPath(const std::string& path, LogPathResolver resolver) {
   } else if (errno != ENOENT) {
     err = errno;  // ENAMETOOLONG, say
   }
-  if (message.empty() && err == 0 && faccessat(dirfd, ".", W_OK, AT_EACCESS) != 0) err = errno;
+  if (message.empty() && err == 0) {
+    // An unnamed file in the directory (gone at close) is a create the
+    // filesystem itself answers (EROFS, EACCES, EDQUOT...); where it has no
+    // O_TMPFILE, the permission check is what is left.
+    const int probe = ::openat(dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+    if (probe >= 0) {
+      ::close(probe);
+    } else if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL) {
+      err = errno;
+    } else if (faccessat(dirfd, ".", W_OK, AT_EACCESS) != 0) {
+      err = errno;
+    }
+  }
   if (err != 0) {
     message = fmt::format("lazypin: LAZYPIN_LOG={}: cannot create the file: {}; not writing a log "
                           "file ({})", Shown(path), strerror(err), kAccepts);

@@ -89,11 +89,13 @@ struct CreatedLogFile {
 };
 CreatedLogFile CreateLogFile(const std::string& path,
                              LogPathResolver resolver = LogPathResolver::kAuto);
-// What CreateLogFile would say about `path` without creating anything: empty
-// when a log could be created there (at `path` or a suffixed name), else the
-// one line why not (CreateLogFile's message): a missing directory, a link in
-// the way, something not a regular file at the name, a directory the process
-// cannot write (EACCES, EROFS). For `lazypin run`, before it starts a program.
+// What CreateLogFile would say about `path` without leaving anything behind:
+// empty when a log could be created there (at `path` or a suffixed name),
+// else the one line why not (CreateLogFile's message): a missing directory, a
+// link in the way, something not a regular file at the name, a directory in
+// which the filesystem refuses a new file (an unnamed O_TMPFILE probe where
+// the filesystem has it: EACCES, EROFS, EDQUOT; else the permission bits).
+// For `lazypin run`, before it starts a program.
 std::string CheckLogPath(const std::string& path,
                          LogPathResolver resolver = LogPathResolver::kAuto);
 
