@@ -376,8 +376,8 @@ class Plot(unittest.TestCase):
             png = os.path.join(d, "out.png")
             r = report(fx("defer_mode.jsonl"), "--plot", png,
                        env=clean_env(LAZYPIN_REPORT_NO_MATPLOTLIB="1"))
-            self.assertEqual(r.returncode, 0, r.stderr)
-            self.assertIn(self.HINT, r.stderr)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn("no plot written: " + self.HINT[len("lazypin report: "):], r.stderr)
             self.assertIn("pool: 18 hits / 20 registers", r.stdout)
             self.assertFalse(os.path.exists(png))
 
@@ -391,6 +391,53 @@ class Plot(unittest.TestCase):
         finally:
             del sys.modules["matplotlib"]
             sys.modules.update(saved)
+
+    def test_a_plot_that_cannot_be_written_fails(self):
+        if not any(subprocess.run([p, "-c", "import matplotlib"], capture_output=True).returncode == 0
+                   for p in ("/usr/bin/python3", PY)):
+            self.skipTest("no python3 here has matplotlib")
+        r = report(fx("log_mode.jsonl"), "--plot", "/nonexistent/dir/out.png")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("no plot written: /nonexistent/dir/out.png", r.stderr)
+
+    def test_the_interpreter_that_has_matplotlib_draws_it(self):
+        # python3 on PATH without matplotlib (a venv, pyenv's), another with it:
+        # the report runs there; with none, it names what it tried and fails
+        has = [p for p in ("/usr/bin/python3", sys.executable)
+               if subprocess.run([p, "-c", "import matplotlib"], capture_output=True).returncode == 0]
+        if not has:
+            self.skipTest("no python3 here has matplotlib")
+        with tempfile.TemporaryDirectory() as d:
+            venv = os.path.join(d, "venv")
+            r = subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], capture_output=True)
+            if r.returncode != 0:
+                self.skipTest("no venv: %s" % r.stderr)
+            bare = os.path.join(venv, "bin", "python3")
+            if subprocess.run([bare, "-c", "import matplotlib"], capture_output=True).returncode == 0:
+                self.skipTest("the venv sees matplotlib")
+            png = os.path.join(d, "out.png")
+            path = os.path.join(venv, "bin") + os.pathsep + os.environ.get("PATH", "")
+            env = clean_env(PATH=path, LAZYPIN_REPORT_PYTHON=has[0])
+            r = subprocess.run([bare, REPORT, fx("log_mode.jsonl"), "--plot", png], capture_output=True,
+                               text=True, env=env, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("plot written to", r.stderr)
+            self.assertIn("cudaHostRegister", r.stdout)
+            with open(png, "rb") as f:
+                self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+            # through `lazypin report`, without naming one: found on its own
+            os.unlink(png)
+            r = subprocess.run([bare, LAZYPIN, "report", fx("log_mode.jsonl"), "--plot", png],
+                               capture_output=True, text=True, env=clean_env(PATH=path), timeout=120)
+            if "/usr/bin/python3" in has:
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertTrue(os.path.exists(png))
+            # one named that lacks it: no search, a message naming it, status 1
+            r = subprocess.run([bare, REPORT, fx("log_mode.jsonl"), "--plot", png], capture_output=True,
+                               text=True, env=clean_env(PATH=path, LAZYPIN_REPORT_PYTHON=bare), timeout=120)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn("LAZYPIN_REPORT_PYTHON=", r.stderr)
+            self.assertIn(bare, r.stderr)
 
     @unittest.skipUnless(importlib.util.find_spec("matplotlib"), "matplotlib is not installed")
     def test_with_matplotlib(self):
