@@ -184,7 +184,9 @@ const Option kOptions[] = {
      },
      [](const Config& c) { return std::to_string(c.pool_bytes); }},
     {"LAZYPIN_POOL_ENTRIES", "pool_entries", "65536", "65536",
-     "a whole number from 0 to 1073741824", "bound on the registrations the pool keeps",
+     "a whole number from 0 to 1073741824",
+     "bound on the registrations the pool keeps, and, counted apart, on the blocks the "
+     "host-allocation cache keeps (LAZYPIN_HOST_ALLOC_CACHE)",
      [](std::string_view t, uint64_t, Config* c) {
        return Store(ParseCount(t, kMaxEntries), &c->pool_entries);
      },

@@ -31,6 +31,7 @@
 #include "hooks_alloc.h"
 #include "hooks_memory.h"
 #include "host_alloc_cache.h"
+#include "option_limits.h"
 #include "log.h"
 #include "mem_watch.h"
 #include "memory_guard.h"
@@ -347,18 +348,12 @@ void Shim::Init() {
     sites_ = std::make_unique<CallSites>(reinterpret_cast<const void*>(&ExitHandler));
   }
   if (effective_ == Mode::kDefer) {
-    PoolLimits limits;
-    limits.max_bytes = config_.pool_bytes;
-    limits.max_entries = config_.pool_entries;
-    limits.check_frames = config_.check_pfn;
     pool_driver_ = MakeCudaPoolDriver(watch_.get(), config_.defer_shared, config_.prefault_threads);
-    pool_ = std::make_unique<Pool>(pool_driver_.get(), this, limits);
+    pool_ = std::make_unique<Pool>(pool_driver_.get(), this, PoolLimitsFrom(config_));
     if (config_.host_alloc_bytes > 0) {
-      HostAllocLimits host_limits;
-      host_limits.max_bytes = config_.host_alloc_bytes;
-      host_limits.max_entries = config_.pool_entries;
       host_driver_ = MakeCudaHostAllocDriver();
-      host_cache_ = std::make_unique<HostAllocCache>(host_driver_.get(), this, host_limits);
+      host_cache_ = std::make_unique<HostAllocCache>(host_driver_.get(), this,
+                                                     HostAllocLimitsFrom(config_));
     }
     bool reuse = false;
     if (config_.reuse_freed != 0) {
@@ -393,8 +388,7 @@ void Shim::Init() {
       said_at_first_call_.push_back(warnings_.back());
     } else {
       auto_pin_ = std::make_unique<AutoPin>(
-          pool_.get(), this, this, AutoPinLimits{config_.autopin_min, config_.autopin_bytes,
-                                      static_cast<int>(config_.autopin_after)});
+          pool_.get(), this, this, AutoPinLimitsFrom(config_));
     }
   }
   if (pool_ != nullptr && config_.check_pfn) {

@@ -10,6 +10,7 @@ mkdir -p "$work/corpus"
 clang++ -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -DFMT_HEADER_ONLY -I"$src/tests/unit" -I"$src/shim" \
   "$src/tests/fuzz/pool_fuzz.cc" "$src/shim/pool.cc" "$src/shim/types.cc" \
+  "$src/shim/config.cc" "$src/shim/json.cc" \
   $(pkg-config --libs absl_str_format absl_strings) -o "$work/pool_fuzz"
 cd "$work"
 rc=0
