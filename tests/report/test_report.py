@@ -1173,6 +1173,23 @@ class RunOptions(unittest.TestCase):
             self.assertIn("LD_PRELOAD=%s" % lib, r.stdout)
 
 
+class RunPackedLayout(unittest.TestCase):
+    def test_the_option_tool_beside_the_packed_library(self):
+        # scripts/pack's dist/ on a GPU machine without a build tree:
+        # <repo>/scripts/lazypin --lib <repo>/dist/lib/liblazypin.so, the tool in dist/bin
+        with tempfile.TemporaryDirectory() as repo:
+            for sub in ("scripts", "dist/lib", "dist/bin"):
+                os.makedirs(os.path.join(repo, sub))
+            script = os.path.join(repo, "scripts", "lazypin")
+            shutil.copy(LAZYPIN, script)
+            shutil.copy(OPTIONS_TOOL, os.path.join(repo, "dist", "bin"))
+            lib = os.path.join(repo, "dist", "lib", "liblazypin.so")
+            open(lib, "w").close()
+            r = lazypin("run", "--dry-run", "--lib", lib, "--watch", "kernel", "x", script=script, cwd=repo)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("LAZYPIN_WATCH=kernel", r.stdout)
+
+
 class RunSimAndPrintLib(unittest.TestCase):
     def test_sim_and_print_lib(self):
         with tempfile.TemporaryDirectory() as repo:
