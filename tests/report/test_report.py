@@ -1070,10 +1070,10 @@ class RunOptions(unittest.TestCase):
     def test_command_without_double_dash(self):
         env, cmd = dry_env("--lib", self.lib, "--mode", "log", "prog", "--mode", "x")
         self.assertEqual(cmd, "prog --mode x")
+        self.assertEqual(env["LAZYPIN_MODE"], "log")
         # the command's own --lib is the command's
         env, cmd = dry_env("--lib", self.lib, "prog", "--lib", "/nonexistent/l.so")
         self.assertEqual((cmd, env["LD_PRELOAD"]), ("prog --lib /nonexistent/l.so", self.lib))
-        self.assertEqual(env["LAZYPIN_MODE"], "log")
         r = lazypin("run", "--lib", self.lib)
         self.assertEqual(r.returncode, 2)
         self.assertIn("no command", r.stderr)
