@@ -1,4 +1,4 @@
-// Dispatch (shim/dispatch.h) with no hooks and no CUDA: a fake environment
+// Dispatch (shim/core/dispatch.h) with no hooks and no CUDA: a fake environment
 // (clock, current context, record sink), the driver model as the driver,
 // and a fake "cudart" that calls the driver level the way the real one does.
 // Checks where each call is decided, that cudart's answer is what the program
@@ -325,28 +325,22 @@ TEST_P(DispatchTest, ACopyFromMemoryTheProgramUnregisteredSynchronizesItsStream)
   }
 }
 
-// The copy hooks' cost on a copy from registered memory (CPU, this machine):
-// with nothing deferred, and with something deferred elsewhere.
-TEST_P(DispatchTest, CopyGuardCost) {
-  if (!Deferring()) GTEST_SKIP() << "measured in defer mode";
+// A copy from memory the program holds registered is never synchronized,
+// with nothing deferred and with something deferred elsewhere: it stays
+// asynchronous. (Its cost, a few loads, is bench/pool_bench BM_MaybeHolds.)
+TEST_P(DispatchTest, CopyFromRegisteredMemoryIsNeverSynchronized) {
+  if (!Deferring()) GTEST_SKIP() << "the guard runs in defer mode";
   constexpr uintptr_t kOther = kBuf + 16 * kBytes;
   ASSERT_EQ(DriverRegister(kBuf, kBytes, 0), 0);
-  auto measure = [&](const char* what) {
-    constexpr int kN = 2000000;
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < kN; ++i) {
-      dispatch_->AfterAsyncCopy(kBuf + (i & 255), kBuf + kBytes, nullptr);
-    }
-    const double ns = std::chrono::duration<double, std::nano>(
-                          std::chrono::steady_clock::now() - t0).count() / kN;
-    std::printf("copy guard, registered memory, %s: %.2f ns per copy\n", what, ns);
-    EXPECT_LT(ns, 1000.0);
+  auto copy_many = [&] {
+    for (int i = 0; i < 1000; ++i) dispatch_->AfterAsyncCopy(kBuf + (i & 255), kBuf + kBytes, nullptr);
   };
-  measure("nothing deferred");
+  copy_many();
+  EXPECT_TRUE(env_.synced.empty()) << "nothing deferred";
   ASSERT_EQ(DriverRegister(kOther, kBytes, 0), 0);
   ASSERT_EQ(DriverUnregister(kOther), 0);
-  measure("something deferred elsewhere");
-  EXPECT_TRUE(env_.synced.empty());
+  copy_many();
+  EXPECT_TRUE(env_.synced.empty()) << "something deferred elsewhere";
 }
 
 TEST_P(DispatchTest, UnregisterThatACaptureForbidsGetsTheDriversRefusal) {

@@ -1,4 +1,4 @@
-// Focused tests of each rule of the pool (shim/pool.h), against a fake driver
+// Focused tests of each rule of the pool (shim/core/pool.h), against a fake driver
 // that keeps the driver's semantics (driver_model.h) and logs every call in order.
 #include "pool.h"
 
@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "driver_model.h"
+#include "fake_pool_driver.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -23,42 +24,8 @@ constexpr uintptr_t kC = 0x300000;
 const Context kCtx1 = reinterpret_cast<Context>(0x11);
 const Context kCtx2 = reinterpret_cast<Context>(0x22);
 
-std::string Hex(uintptr_t p) { return absl::StrFormat("0x%x", p); }
-
-class FakeDriver final : public PoolDriver {
- public:
-  int Unregister(uintptr_t ptr, Context ctx, ReleaseWait*) override {
-    log.push_back("evict " + Hex(ptr));
-    eviction_ctx.push_back(ctx);
-    return model.Unregister(ptr);
-  }
-  bool ReadFrames(uintptr_t ptr, size_t bytes, std::vector<uint64_t>* frames) override {
-    reads += 1;
-    if (!frames_known) return false;
-    *frames = {frame_base + ptr / kPage};
-    return true;
-  }
-  int64_t NowNs() override { return now; }
-
-  DriverModel model;
-  std::vector<std::string> log;
-  std::vector<Context> eviction_ctx;
-  int64_t now = 0;
-  uint64_t frame_base = 0;
-  bool frames_known = true;
-  int reads = 0;
-};
-
-class FakeObserver final : public PoolObserver {
- public:
-  void OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result, int64_t,
-               const ReleaseWait&) override {
-    evicts.push_back(absl::StrFormat("%s %s %d", EvictReasonName(reason), Hex(ptr), result));
-  }
-  void OnWarning(const std::string& message) override { warnings.push_back(message); }
-  std::vector<std::string> evicts;
-  std::vector<std::string> warnings;
-};
+using FakeDriver = FakePoolDriver;
+using FakeObserver = FakePoolObserver;
 
 class PoolTest : public ::testing::Test {
  protected:

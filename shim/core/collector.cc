@@ -14,16 +14,13 @@
 #include "capture.h"
 #include "host_alloc_cache.h"
 #include "pool.h"
+#include "sys.h"
 #include "thread_state.h"
 
 namespace lazypin {
 namespace {
 
-int64_t MonotonicMs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t{ts.tv_sec} * 1000 + ts.tv_nsec / 1000000;
-}
+int64_t MonotonicMs() { return MonotonicNs() / 1000000; }
 
 }  // namespace
 
@@ -86,8 +83,7 @@ bool Collector::WaitFreed(uint64_t ticket, int64_t timeout_ms) {
     if (static_cast<int32_t>(seen - static_cast<uint32_t>(ticket)) >= 0) return true;
     const int64_t left = deadline - MonotonicMs();
     if (left <= 0) return false;
-    struct timespec timeout = {left / 1000, (left % 1000) * 1000000};
-    syscall(SYS_futex, &finished_, FUTEX_WAIT_PRIVATE, seen, &timeout, nullptr, 0);
+    FutexWait(&finished_, seen, left * 1000000);
   }
 }
 
@@ -101,14 +97,13 @@ bool Collector::ReleaseParked(int64_t timeout_ms) {
     if (static_cast<int32_t>(done - ticket) >= 0) return true;
     const int64_t left = deadline - MonotonicMs();
     if (left <= 0 || stopping_.load(std::memory_order_acquire)) return false;
-    struct timespec timeout = {left / 1000, (left % 1000) * 1000000};
-    syscall(SYS_futex, &release_done_, FUTEX_WAIT_PRIVATE, done, &timeout, nullptr, 0);
+    FutexWait(&release_done_, done, left * 1000000);
   }
 }
 
 void Collector::Wake() {
   wake_seq_.fetch_add(1, std::memory_order_release);
-  syscall(SYS_futex, &wake_seq_, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+  FutexWake(&wake_seq_, 1);
 }
 
 void Collector::FinishFrees() {
@@ -131,7 +126,7 @@ void Collector::FinishFrees() {
   if (static_cast<int32_t>(static_cast<uint32_t>(upto) -
                            finished_.load(std::memory_order_relaxed)) > 0) {
     finished_.store(static_cast<uint32_t>(upto), std::memory_order_release);
-    syscall(SYS_futex, &finished_, FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
+    FutexWake(&finished_, INT32_MAX);
   }
 }
 
@@ -175,8 +170,7 @@ void Collector::Run() {
     const uint64_t seen_handed = handed_.load(std::memory_order_acquire);
     if (PostponedForCapture(MonotonicMs())) {
       // Look again soon: the capture's end is not signalled.
-      struct timespec poll = {0, 2 * 1000000};
-      syscall(SYS_futex, &wake_seq_, FUTEX_WAIT_PRIVATE, seq, &poll, nullptr, 0);
+      FutexWait(&wake_seq_, seq, 2 * 1000000);
       continue;
     }
     FinishFrees();
@@ -184,7 +178,7 @@ void Collector::Run() {
         asked != release_done_.load(std::memory_order_relaxed)) {
       pool_->ReleaseParked(EvictReason::kMakeRoom);
       release_done_.store(asked, std::memory_order_release);
-      syscall(SYS_futex, &release_done_, FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
+      FutexWake(&release_done_, INT32_MAX);
     }
     pool_->ApplyPageChanges();  // stale registrations go even while the program makes no call
     int64_t wait_ms = 1000;
@@ -203,8 +197,7 @@ void Collector::Run() {
         release_done_.load(std::memory_order_relaxed)) {
       continue;  // asked meanwhile
     }
-    struct timespec timeout = {wait_ms / 1000, (wait_ms % 1000) * 1000000};
-    syscall(SYS_futex, &wake_seq_, FUTEX_WAIT_PRIVATE, seq, &timeout, nullptr, 0);
+    FutexWait(&wake_seq_, seq, wait_ms * 1000000);
   }
 }
 

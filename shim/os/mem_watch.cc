@@ -36,6 +36,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "pages.h"
+#include "sys.h"
 #include "thread_state.h"
 
 #ifndef UFFD_USER_MODE_ONLY
@@ -50,26 +52,6 @@ namespace {
 
 constexpr uint64_t kFeatures =
     UFFD_FEATURE_EVENT_UNMAP | UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_REMAP;
-
-uintptr_t PageSize() {
-  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  return page;
-}
-uintptr_t PageFloor(uintptr_t a) { return a & ~(PageSize() - 1); }
-uintptr_t PageCeil(uintptr_t a) {
-  return a > UINTPTR_MAX - PageSize() ? PageFloor(UINTPTR_MAX) : PageFloor(a + PageSize() - 1);
-}
-
-// The first line of a small file (a sysctl, /proc/self/status), into buf.
-bool ReadSmallFile(const char* path, char* buf, size_t size) {
-  const int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const ssize_t n = read(fd, buf, size - 1);
-  close(fd);
-  if (n <= 0) return false;
-  buf[n] = '\0';
-  return true;
-}
 
 long SysctlValue(const char* path, long fallback) {
   char buf[64];

@@ -10,7 +10,7 @@
 #include "dispatch.h"
 #include "hooks.h"
 #include "real.h"
-#include "shim.h"
+#include "export.h"
 #include "state.h"
 #include "thread_state.h"
 

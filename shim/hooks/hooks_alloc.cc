@@ -17,7 +17,7 @@
 #include "memory_guard.h"
 #include "pages.h"
 #include "real.h"
-#include "shim.h"
+#include "export.h"
 #include "state.h"
 #include "thread_state.h"
 

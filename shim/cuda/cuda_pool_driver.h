@@ -14,14 +14,12 @@
 #include <memory>
 
 #include "pool.h"
+#include "sys.h"
 
 namespace lazypin {
 
 // The bound on a release's wait for the GPU.
 constexpr int64_t kReleaseWaitNs = int64_t{1000} * 1000000;
-
-// Monotonic clock in nanoseconds.
-int64_t MonotonicNs();
 
 class MemWatch;
 

@@ -1,5 +1,5 @@
 // state: what lazypin does in this process, as one immutable snapshot behind
-// one atomic pointer. shim.cc publishes it once set up and swaps it in a
+// one atomic pointer. runtime/ publishes it once set up and swaps it in a
 // fork's child, on a fatal signal and at exit; the hooks only read it.
 #pragma once
 
@@ -28,7 +28,7 @@ inline const ShimState* PublishedState() { return __atomic_load_n(&g_state, __AT
 
 // The published state, switched first to pass-through in a copy of the
 // process that fork's handlers did not reach (a raw clone's child: see
-// Shim::InCopiedProcess). For the hooks' slow paths (register, unregister,
+// ProcessIdentity). For the hooks' slow paths (register, unregister,
 // queries, teardown): it may cost a syscall.
 const ShimState* StateInThisProcess();
 

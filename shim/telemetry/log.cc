@@ -23,6 +23,7 @@
 
 #include "fmt/format.h"
 #include "json.h"
+#include "sys.h"
 #include "thread_state.h"
 
 #if __has_include(<linux/openat2.h>)
@@ -41,21 +42,6 @@ struct open_how {
 
 namespace lazypin {
 namespace {
-
-int64_t MonotonicNs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
-}
-// `timeout_ns` < 0: none.
-void FutexWait(std::atomic<uint32_t>* word, uint32_t seen, int64_t timeout_ns) {
-  struct timespec timeout = {timeout_ns / 1000000000, timeout_ns % 1000000000};
-  syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, seen, timeout_ns >= 0 ? &timeout : nullptr,
-          nullptr, 0);
-}
-void FutexWake(std::atomic<uint32_t>* word) {
-  syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
-}
 
 // write(2) all of `data`; false with errno set on failure. Never lets the
 // file grow past RLIMIT_FSIZE: the kernel would send SIGXFSZ to the whole
@@ -420,7 +406,7 @@ void Log::RunWriter(Preamble preamble) {
 void Log::Wake() {
   if (wake_pending_.exchange(true, std::memory_order_relaxed)) return;
   wake_.fetch_add(1, std::memory_order_release);
-  FutexWake(&wake_);
+  FutexWake(&wake_, 1);
 }
 
 void Log::Write(std::string line) {
@@ -507,7 +493,7 @@ void Log::Close(const std::function<std::string()>& last_line) {
   if (closed_.exchange(true)) return;
   stop_writer_.store(true, std::memory_order_release);
   wake_.fetch_add(1, std::memory_order_release);
-  FutexWake(&wake_);
+  FutexWake(&wake_, 1);
   if (writer_.joinable()) writer_.join();  // the file exists (or never will) after this
   // This thread is the consumer now: what was written while the writer
   // stopped, or everything when no writer could be started.
@@ -521,7 +507,7 @@ void Log::Close(const std::function<std::string()>& last_line) {
 void Log::DrainFromSignal(int timeout_ms) {
   const uint64_t target = ring_.pushed();
   wake_.fetch_add(1, std::memory_order_release);
-  FutexWake(&wake_);
+  FutexWake(&wake_, 1);
   for (int i = 0; i < timeout_ms; ++i) {
     const int state = file_state_.load(std::memory_order_acquire);
     if (state == kGaveUp || !writer_running_.load(std::memory_order_acquire)) return;

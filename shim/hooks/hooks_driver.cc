@@ -24,7 +24,7 @@
 #include "hooks.h"
 #include "pages.h"
 #include "real.h"
-#include "shim.h"
+#include "export.h"
 #include "state.h"
 #include "thread_state.h"
 

@@ -27,7 +27,7 @@
 #include "page_class.h"
 #include "pages.h"
 #include "real.h"
-#include "shim.h"
+#include "export.h"
 #include "state.h"
 #include "thread_state.h"
 

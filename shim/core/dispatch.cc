@@ -88,10 +88,11 @@ int Dispatch::Runtime(const ProgramCall& call, absl::FunctionRef<int()> real) {
   if (fast) {
     outcome = *fast;
   } else {
-    RuntimeFrame* const outer = t_state.runtime_frame;
-    t_state.runtime_frame = &frame;
-    const int result = real();
-    t_state.runtime_frame = outer;
+    int result;
+    {
+      ScopedRuntimeFrame open(&frame);
+      result = real();
+    }
     outcome = frame.outcome;
     outcome.result = result;  // cudart's answer, whatever the driver said
   }
@@ -102,9 +103,11 @@ int Dispatch::Runtime(const ProgramCall& call, absl::FunctionRef<int()> real) {
 int Dispatch::Driver(const ProgramCall& call, absl::FunctionRef<int()> real) {
   if (RuntimeFrame* frame = t_state.runtime_frame) {
     // cudart on behalf of the runtime call above: act, report into its frame.
-    t_state.runtime_frame = nullptr;  // a driver call made from inside this one is not cudart's
-    const Outcome outcome = Act(call, real, frame->wait);
-    t_state.runtime_frame = frame;
+    Outcome outcome;
+    {
+      ScopedRuntimeFrame none(nullptr);  // a driver call made from inside this one is not cudart's
+      outcome = Act(call, real, frame->wait);
+    }
     frame->driver_calls += 1;
     frame->outcome.action = outcome.action;
     frame->outcome.reason = outcome.reason;

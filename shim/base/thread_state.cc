@@ -11,6 +11,7 @@
 #include <climits>
 
 #include "absl/functional/function_ref.h"
+#include "sys.h"
 
 namespace lazypin {
 
@@ -31,13 +32,6 @@ void FreeQueuedFrees() {
 }
 
 namespace {
-
-void FutexWait(std::atomic<uint32_t>* word, uint32_t seen) {
-  syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, seen, nullptr, nullptr, 0);
-}
-void FutexWake(std::atomic<uint32_t>* word) {
-  syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
-}
 
 // The spare threads: each waits on its slot's state for a job.
 constexpr int kMaxSpares = 4;
@@ -67,7 +61,7 @@ LazypinThread::Job* GiveToIdleSpare(absl::FunctionRef<LazypinThread::Job*()> mak
     LazypinThread::Job* job = make();
     slot.job = job;
     slot.state.store(kGiven, std::memory_order_release);
-    FutexWake(&slot.state);
+    FutexWake(&slot.state, INT_MAX);
     return job;
   }
   return nullptr;
@@ -83,7 +77,7 @@ void* SpareMain(void* arg) {
   LazypinThread::Job* job = slot->job;
   job->body();
   job->done.store(1, std::memory_order_release);
-  FutexWake(&job->done);
+  FutexWake(&job->done, INT_MAX);
   if (job->detached.exchange(true, std::memory_order_acq_rel)) delete job;
   return nullptr;
 }

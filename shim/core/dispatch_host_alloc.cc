@@ -48,10 +48,11 @@ int Dispatch::HostRuntime(const ProgramCall& call, void** out, absl::FunctionRef
   const int64_t t0 = env_->NowNs();
   RuntimeFrame frame;
   frame.api = call.api;
-  RuntimeFrame* const outer = t_state.runtime_frame;
-  t_state.runtime_frame = &frame;
-  const int result = real();
-  t_state.runtime_frame = outer;
+  int result;
+  {
+    ScopedRuntimeFrame open(&frame);
+    result = real();
+  }
   Outcome outcome = frame.outcome;
   outcome.result = result;  // cudart's answer, whatever the driver said
   ProgramCall recorded = call;
@@ -63,9 +64,11 @@ int Dispatch::HostRuntime(const ProgramCall& call, void** out, absl::FunctionRef
 int Dispatch::HostDriver(const ProgramCall& call, void** out, absl::FunctionRef<int()> real) {
   if (RuntimeFrame* frame = t_state.runtime_frame) {
     // cudart on behalf of the runtime call above: act, report into its frame.
-    t_state.runtime_frame = nullptr;
-    const Outcome outcome = HostAct(call, frame->api, out, real);
-    t_state.runtime_frame = frame;
+    Outcome outcome;
+    {
+      ScopedRuntimeFrame none(nullptr);  // a driver call made from inside this one is not cudart's
+      outcome = HostAct(call, frame->api, out, real);
+    }
     frame->driver_calls += 1;
     frame->outcome.action = outcome.action;
     frame->outcome.evicted += outcome.evicted;

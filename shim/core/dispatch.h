@@ -18,6 +18,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "pool.h"
+#include "thread_state.h"
 #include "types.h"
 
 namespace lazypin {
@@ -87,6 +88,21 @@ struct RuntimeFrame {
   // An unregister: the runtime hook already waited (kWaited: cudart's driver
   // call need not wait again) or the wait failed (kNoDefer: forward it).
   enum class Wait { kNotYet, kWaited, kNoDefer } wait = Wait::kNotYet;
+};
+
+// The runtime call's frame is this thread's open frame for the scope: the
+// driver calls cudart makes meanwhile report into it.
+class ScopedRuntimeFrame {
+ public:
+  explicit ScopedRuntimeFrame(RuntimeFrame* frame) : outer_(t_state.runtime_frame) {
+    t_state.runtime_frame = frame;
+  }
+  ~ScopedRuntimeFrame() { t_state.runtime_frame = outer_; }
+  ScopedRuntimeFrame(const ScopedRuntimeFrame&) = delete;
+  ScopedRuntimeFrame& operator=(const ScopedRuntimeFrame&) = delete;
+
+ private:
+  RuntimeFrame* const outer_;
 };
 
 class Dispatch {

@@ -19,15 +19,10 @@
 #include "pfn.h"
 #include "prefault.h"
 #include "real.h"
+#include "sys.h"
 #include "thread_state.h"
 
 namespace lazypin {
-
-int64_t MonotonicNs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
-}
 
 namespace {
 
@@ -38,15 +33,6 @@ using SyncFn = CUresult (*)();
 real::Lazy<PushFn> g_push;
 real::Lazy<PopFn> g_pop;
 real::Lazy<SyncFn> g_sync;
-
-void FutexWait(std::atomic<uint32_t>* word, uint32_t seen, int64_t timeout_ns) {
-  struct timespec timeout = {timeout_ns / 1000000000, timeout_ns % 1000000000};
-  syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, seen, timeout_ns >= 0 ? &timeout : nullptr,
-          nullptr, 0);
-}
-void FutexWake(std::atomic<uint32_t>* word, int count) {
-  syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, count, nullptr, nullptr, 0);
-}
 
 // A thread of lazypin's that synchronizes one context when asked, so that a
 // release can wait for the GPU's work in flight with a deadline: the wait
