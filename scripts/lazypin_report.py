@@ -8,7 +8,8 @@ why it did not save more (advice), and which code pins (call sites).
 Logs are streamed: each record updates a latency histogram of its group and is
 dropped, so memory does not grow with the number of records.
 Standard library only; matplotlib is imported lazily, for --plot alone.
-Exit status: 0 report printed (with warnings, if any); 2 bad usage or unusable input.
+Exit status: 0 report printed (with warnings, if any); 1 printed, but the
+--plot asked for not written; 2 bad usage or unusable input.
 """
 
 import argparse
@@ -2444,6 +2445,46 @@ def brief_summary(paths):
 
 PLOT_HINT = ("--plot needs matplotlib (pip install matplotlib, "
              "or apt-get install python3-matplotlib)")
+# The interpreter --plot runs the report under when this one lacks matplotlib
+# (set by the report itself when it re-runs there, so that it never loops).
+PLOT_PYTHON = "LAZYPIN_REPORT_PYTHON"
+
+
+def python_with_matplotlib():
+    """(an interpreter other than this one that imports matplotlib, or None;
+    those tried): $LAZYPIN_REPORT_PYTHON, /usr/bin/python3 (where
+    python3-matplotlib installs it), then each python3 on PATH."""
+    named = os.environ.get(PLOT_PYTHON)
+    here = os.path.realpath(sys.executable or "")
+    if named:
+        if os.path.realpath(named) == here:
+            return None, [named]  # asked for this one, or re-run here already
+        cands = [named]
+    else:
+        cands = ["/usr/bin/python3"]
+        for d in (os.environ.get("PATH") or "").split(os.pathsep):
+            cands.append(os.path.join(d or ".", "python3"))
+    tried, seen = [], {here}
+    for c in cands:
+        real = os.path.realpath(c)
+        if real in seen or not os.access(c, os.X_OK):
+            continue
+        seen.add(real)
+        tried.append(c)
+        try:
+            ok = subprocess.run([c, "-c", "import matplotlib"], capture_output=True,
+                                timeout=60).returncode == 0
+        except (OSError, subprocess.SubprocessError):
+            ok = False
+        if ok:
+            return c, tried
+    return None, tried
+
+
+def plot_missing_message(tried):
+    return ("%s; %s cannot import it%s; or name an interpreter that can: %s=/path/to/python3"
+            % (PLOT_HINT, sys.executable or "python3",
+               ", nor can " + ", ".join(tried) if tried else "", PLOT_PYTHON))
 
 
 def import_pyplot():
@@ -2560,7 +2601,10 @@ def build_parser():
                "logs (one per process of a job, from any number of hosts) are reported "
                "together. Put LOG... before --compare. With --compare and one run bare "
                "(log mode), the saving is the measured difference. "
-               "Exit status: 0 report printed, 2 bad usage or unusable log.")
+               "--plot runs the report under another python3 that has matplotlib when this "
+               "one lacks it (LAZYPIN_REPORT_PYTHON names it). "
+               "Exit status: 0 report printed, 1 report printed but no plot written, "
+               "2 bad usage or unusable log.")
     p.add_argument("logs", nargs="+", metavar="LOG", help="log file, glob or directory")
     p.add_argument("--compare", nargs="+", metavar="OTHER",
                    help="compare with another run (e.g. log mode as LOG, defer mode as OTHER)")
@@ -2575,7 +2619,17 @@ def build_parser():
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    plot_tried = []
+    if args.plot and not os.environ.get("LAZYPIN_REPORT_NO_MATPLOTLIB") and import_pyplot() is None:
+        python, plot_tried = python_with_matplotlib()
+        if python is not None:  # the whole report, there (the same output, and the plot)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            env = dict(os.environ)
+            env[PLOT_PYTHON] = python
+            os.execve(python, [python, os.path.abspath(__file__)] + argv, env)
     if args.top < 0:
         print("%s: --top must be 0 or more" % PROG, file=sys.stderr)
         return 2
@@ -2623,10 +2677,12 @@ def main(argv=None):
         os.dup2(devnull, sys.stdout.fileno())
         return 0
     if args.plot:
+        if plot_msg == PLOT_HINT and not os.environ.get("LAZYPIN_REPORT_NO_MATPLOTLIB"):
+            plot_msg = plot_missing_message(plot_tried)
         if plot_msg:
-            print("%s: %s" % (PROG, plot_msg), file=sys.stderr)
-        else:
-            print("%s: plot written to %s" % (PROG, args.plot), file=sys.stderr)
+            print("%s: no plot written: %s" % (PROG, plot_msg), file=sys.stderr)
+            return 1
+        print("%s: plot written to %s" % (PROG, args.plot), file=sys.stderr)
     return 0
 
 

@@ -58,9 +58,10 @@ class HostAllocObserver {
                              int64_t latency_ns, const ReleaseWait& wait) = 0;
 };
 
+// No defaults of its own for the bounds: HostAllocLimitsFrom (option_limits.h).
 struct HostAllocLimits {
-  uint64_t max_bytes = uint64_t{1} << 33;  // LAZYPIN_HOST_ALLOC_CACHE; 0: keep nothing
-  uint64_t max_entries = 65536;            // LAZYPIN_POOL_ENTRIES
+  uint64_t max_bytes = 0;    // LAZYPIN_HOST_ALLOC_CACHE; 0: keep nothing
+  uint64_t max_entries = 0;  // LAZYPIN_POOL_ENTRIES (blocks, counted apart from the pool's)
   bool zero = true;                        // zero a served block (a fresh one reads as zeros)
   // Kept blocks yield to the program's demand (may be null): a free is kept
   // only if it says so, and kept blocks count in its gauge.

@@ -106,9 +106,10 @@ class PoolObserver {
   virtual void OnWarning(const std::string& message) = 0;
 };
 
+// No defaults of its own: PoolLimitsFrom (option_limits.h) fills it from Config.
 struct PoolLimits {
-  uint64_t max_bytes = uint64_t{1} << 33;
-  uint64_t max_entries = 65536;
+  uint64_t max_bytes = 0;     // LAZYPIN_POOL_BYTES
+  uint64_t max_entries = 0;   // LAZYPIN_POOL_ENTRIES
   bool check_frames = false;  // LAZYPIN_CHECK_PFN
 };
 

@@ -36,10 +36,11 @@ namespace lazypin {
 // reach the auto-pin path, nor set lazypin up.
 constexpr uint64_t kAutoPinFloor = uint64_t{64} << 10;
 
+// No defaults of its own: AutoPinLimitsFrom (option_limits.h) fills it from Config.
 struct AutoPinLimits {
-  uint64_t min_bytes = uint64_t{4} << 20;  // LAZYPIN_AUTOPIN_MIN
-  uint64_t max_bytes = uint64_t{1} << 32;  // LAZYPIN_AUTOPIN_BYTES: auto-pinned bytes held at once
-  int after = 1;  // LAZYPIN_AUTOPIN_AFTER: pin at this copy of a range (1: the first)
+  uint64_t min_bytes = 0;  // LAZYPIN_AUTOPIN_MIN
+  uint64_t max_bytes = 0;  // LAZYPIN_AUTOPIN_BYTES: auto-pinned bytes held at once
+  int after = 0;  // LAZYPIN_AUTOPIN_AFTER: pin at this copy of a range (1: the first)
 };
 
 // One auto-pin, for the log ("autopin" record) and the statistics.

@@ -287,7 +287,8 @@ CUstream PerThread(CUstream stream) { return stream == nullptr ? CU_STREAM_PER_T
 // smaller ones cost one comparison.
 AutoPin* AutoPinFor(size_t bytes) {
   if (bytes < kAutoPinFloor || t_state.inside) return nullptr;
-  static const bool requested = AutoPinRequested([](const char* name) { return getenv(name); });
+  static const bool requested =
+      PeekConfig([](const char* name) { return getenv(name); }, {"LAZYPIN_AUTOPIN"}).autopin;
   if (!requested) return nullptr;
   const ShimState* state = ActiveState();
   return state != nullptr ? state->auto_pin : nullptr;
@@ -928,9 +929,9 @@ void SetUpWithCuda() {
   static std::atomic<bool> done{false};
   if (done.load(std::memory_order_relaxed) || done.exchange(true)) return;
   if (PublishedState() != nullptr) return;  // set up already
-  const char* mode = getenv("LAZYPIN_MODE");
-  if (mode != nullptr && strcmp(mode, "off") == 0) return;
-  PrepareSpareThreads(mode != nullptr && strcmp(mode, "defer") == 0 ? 4 : 1);
+  const Mode mode = PeekConfig([](const char* name) { return getenv(name); }, {"LAZYPIN_MODE"}).mode;
+  if (mode == Mode::kOff) return;
+  PrepareSpareThreads(mode == Mode::kDefer ? 4 : 1);
   if (TrySetUp()) EndUnusedSpareThreads();
 }
 

@@ -12,6 +12,7 @@
 #include "hooks_memory.h"
 #include "memory_budget.h"
 #include "memory_limit.h"
+#include "option_limits.h"
 #include "pfn.h"
 #include "records.h"
 #include "seccomp.h"
@@ -70,29 +71,21 @@ void Shim::Init() {
       said_at_first_call_.push_back(warnings_.back());
     }
   }
-  const std::string pattern = config_.log_path.empty()
-                                  ? DefaultLogPattern(program_invocation_short_name)
-                                  : config_.log_path;
-  recorder_ = std::make_unique<Recorder>(config_, start_mono_ns_, ExpandLogPath(pattern, getpid()),
+  recorder_ = std::make_unique<Recorder>(config_, start_mono_ns_, ExpandLogPath(config_.log_path, getpid()),
                                          [] { g_shim->InstallHandlersOnce(); });
   env_ = std::make_unique<RecordingCudaEnv>(recorder_.get());
   if (effective_ == Mode::kDefer) {
-    PoolLimits limits;
-    limits.max_bytes = config_.pool_bytes;
-    limits.max_entries = config_.pool_entries;
-    limits.check_frames = config_.check_pfn;
     pool_driver_ = MakeCudaPoolDriver(watch_.get(), config_.defer_shared, config_.prefault_threads);
-    pool_ = std::make_unique<Pool>(pool_driver_.get(), recorder_.get(), limits);
+    pool_ = std::make_unique<Pool>(pool_driver_.get(), recorder_.get(), PoolLimitsFrom(config_));
     probe_ = std::make_unique<MemoryProbe>(/*open_files=*/true);
     budget_ = std::make_unique<MemoryBudget>(&MemoryProbe::HeadroomOf, probe_.get(),
                                              config_.keep_margin, &g_alloc_gauge);
     if (config_.host_alloc_bytes > 0) {
-      HostAllocLimits host_limits;
-      host_limits.max_bytes = config_.host_alloc_bytes;
-      host_limits.max_entries = config_.pool_entries;
+      HostAllocLimits host_limits = HostAllocLimitsFrom(config_);
       host_limits.budget = budget_.get();
       host_driver_ = MakeCudaHostAllocDriver();
-      host_cache_ = std::make_unique<HostAllocCache>(host_driver_.get(), recorder_.get(), host_limits);
+      host_cache_ = std::make_unique<HostAllocCache>(host_driver_.get(), recorder_.get(),
+                                                     host_limits);
     }
     // Whether freed blocks are glibc's: then their headers are read as
     // glibc's free reads them (MemoryGuard), and they may come back.
@@ -133,9 +126,7 @@ void Shim::Init() {
       said_at_first_call_.push_back(warnings_.back());
     } else {
       auto_pin_ = std::make_unique<AutoPin>(
-          pool_.get(), env_.get(), recorder_.get(),
-          AutoPinLimits{config_.autopin_min, config_.autopin_bytes,
-                        static_cast<int>(config_.autopin_after)});
+          pool_.get(), env_.get(), recorder_.get(), AutoPinLimitsFrom(config_));
     }
   }
   if (pool_ != nullptr && config_.check_pfn) {

@@ -76,7 +76,7 @@ class CollectorTest : public ::testing::Test {
   void SetUp() override {
     g_events.clear();
     g_model = model::DriverModel();
-    pool_ = std::make_unique<Pool>(&driver_, &observer_, PoolLimits{});
+    pool_ = std::make_unique<Pool>(&driver_, &observer_, DefaultPoolLimits());
   }
   // A malloc'd block, registered and unregistered by "the program": pooled.
   void* PooledBlock(size_t bytes) {

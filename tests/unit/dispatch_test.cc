@@ -58,7 +58,7 @@ class NullObserver final : public PoolObserver {
 class DispatchTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
-    if (GetParam()) pool_ = std::make_unique<Pool>(&pool_driver_, &observer_, PoolLimits{});
+    if (GetParam()) pool_ = std::make_unique<Pool>(&pool_driver_, &observer_, DefaultPoolLimits());
     dispatch_ = std::make_unique<Dispatch>(&env_, pool_.get());
   }
   bool Deferring() const { return GetParam(); }

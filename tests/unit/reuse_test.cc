@@ -167,7 +167,7 @@ const Context kCtx = reinterpret_cast<Context>(0x11);
 
 class ReusePoolTest : public ::testing::Test {
  protected:
-  void SetUp() override { Make(PoolLimits{}); }
+  void SetUp() override { Make(DefaultPoolLimits()); }
   void Make(PoolLimits limits) {
     pool_ = std::make_unique<Pool>(&driver_, nullptr, limits);
     g_log = &driver_.log;
@@ -231,7 +231,7 @@ TEST_F(ReusePoolTest, ParksOnlyAWholeDeferredEntryBasedAtTheBlock) {
   EXPECT_FALSE(pool_->Park(kA, kBytes - 1)) << "an entry longer than the block";
   EXPECT_TRUE(pool_->Park(kA, kUsable));
   EXPECT_FALSE(pool_->Park(kA, kUsable)) << "already parked";
-  Pool off(&driver_, nullptr, PoolLimits{});
+  Pool off(&driver_, nullptr, DefaultPoolLimits());
   EXPECT_FALSE(off.Park(kA, kUsable)) << "reuse not enabled";
 }
 
@@ -247,7 +247,7 @@ TEST_F(ReusePoolTest, ReleasedParkedBlockIsUnregisteredThenFreed) {
 }
 
 TEST_F(ReusePoolTest, BoundsCountParkedBlocks) {
-  PoolLimits limits;
+  PoolLimits limits = DefaultPoolLimits();
   limits.max_entries = 1;
   Make(limits);
   DeferAndPark(kA);
@@ -260,7 +260,7 @@ TEST_F(ReusePoolTest, BoundsCountParkedBlocks) {
 }
 
 TEST_F(ReusePoolTest, ParksWithinTheByteBound) {
-  pool_ = std::make_unique<Pool>(&driver_, nullptr, PoolLimits{});
+  pool_ = std::make_unique<Pool>(&driver_, nullptr, DefaultPoolLimits());
   pool_->EnableReuse(ReuseHooks{&RecordFree, &gauge_, kUsable + kUsable / 2});
   DeferAndPark(kA);
   ASSERT_EQ(Reg(kB, kBytes).action, Action::kMiss);
