@@ -4,18 +4,23 @@
 // already taken away):
 //  1. An unmapping thread A waits in the kernel until its event E is read from
 //     the descriptor (by the reader or by a Drain).
-//  2. Whoever reads E pushes it into the ring before releasing read_mu_; a
-//     Drain holds apply_mu_ from before its read until after its apply.
-//  3. A Drain by thread B takes apply_mu_, then read_mu_: so every event read
-//     before (by the reader: now in the ring; by an earlier Drain: applied
-//     already) is seen, and its own non-blocking read takes what the kernel
-//     queued and nobody has read, even while A still waits (another thread
-//     may have mapped and registered the freed address meanwhile).
-//  4. A full ring sets `overflow_` under read_mu_, so B sees it and applies
+//  2. The reader thread reads and pushes inside a session: `reading_` is odd
+//     from before its read until after its push. A Drain applies what its own
+//     read returns itself, and holds apply_mu_ from before its read until
+//     after its last apply.
+//  3. A Drain by thread B reads first (non-blocking), then waits until the
+//     reader is in no session that began before, then pops the ring: every
+//     event read before B's read ended is seen, by the reader (its session
+//     began before B's read returned EAGAIN, so it is pushed when B pops) or
+//     by B itself; and so is every event the kernel had queued when B's read
+//     began, even while A still waits (another thread may have mapped and
+//     registered the freed address meanwhile).
+//  4. A full ring sets `overflow_` inside a session, so B sees it and applies
 //     everything.
-// The reader never takes apply_mu_ or any lock of the pool's, and read_mu_
-// is held only across a non-blocking read and a lock-free push: the reader
-// never waits on a thread that may be waiting for it.
+// The reader never takes apply_mu_ or any lock of the pool's, and a Drain
+// holds nothing the reader needs: a signal handler that unmaps on a thread
+// inside Drain waits only for the reader, which never waits on anyone. So a
+// Drain needs no signal mask change: one read(2) when nothing is pending.
 #include "mem_watch.h"
 
 #include <pthread.h>
@@ -25,6 +30,7 @@
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
 #include <poll.h>
+#include <sched.h>
 #include <pthread.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -243,15 +249,21 @@ void MemWatch::ReaderLoop() {
     if (r < 0) continue;  // EINTR (signals are blocked here) or ENOMEM: poll again
     if (fds[1].revents != 0) return;
     if (fds[0].revents & POLLIN) {
-      std::lock_guard<std::mutex> lock(read_mu_);
-      ReadAndPushLocked();
+      reading_.fetch_add(1, std::memory_order_seq_cst);  // odd: in a session
+      ReadEvents([this](const Event& e) {
+        if (!Push(e)) {
+          overflow_.store(true, std::memory_order_release);
+          overflows_.fetch_add(1, std::memory_order_relaxed);
+        }
+      });
+      reading_.fetch_add(1, std::memory_order_seq_cst);
     } else if (fds[0].revents != 0) {
       usleep(1000);  // POLLERR/POLLHUP never expected on an initialized descriptor: do not spin
     }
   }
 }
 
-void MemWatch::ReadAndPushLocked() {
+void MemWatch::ReadEvents(absl::FunctionRef<void(const Event&)> take) {
   struct uffd_msg msgs[16];
   for (;;) {
     const ssize_t n = read(fd_, msgs, sizeof msgs);
@@ -281,10 +293,7 @@ void MemWatch::ReadAndPushLocked() {
           continue;
       }
       events_.fetch_add(1, std::memory_order_relaxed);
-      if (!Push(e)) {
-        overflow_.store(true, std::memory_order_release);
-        overflows_.fetch_add(1, std::memory_order_relaxed);
-      }
+      take(e);
     }
     if (static_cast<size_t>(n) < sizeof msgs) return;
   }
@@ -308,37 +317,34 @@ bool MemWatch::Pop(Event* e) {
   return true;
 }
 
+void MemWatch::Apply(const Event& e, bool all_dirty,
+                     absl::FunctionRef<void(uintptr_t, uintptr_t)> apply) {
+  if (!all_dirty) apply(e.lo, e.hi);
+  if (e.to_hi != 0) {
+    // mremap carried our registration to the new address: drop it there
+    // unless a Watch holds those pages (the program may want them for a
+    // userfaultfd of its own).
+    std::lock_guard<std::mutex> lock(mu_);
+    UnregisterUncountedLocked(e.to_lo, e.to_hi);
+  }
+}
+
 void MemWatch::DrainSlow(absl::FunctionRef<void(uintptr_t, uintptr_t)> apply) {
   if (abandoned_.load(std::memory_order_relaxed)) return;
   std::lock_guard<std::mutex> applying(apply_mu_);
-  {
-    // Signals blocked while read_mu_ is held: a handler that unmapped here
-    // would wait in the kernel for its event to be read, by a reader waiting
-    // for read_mu_ (a deadlock the hardening test's handler found).
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
-    {
-      std::lock_guard<std::mutex> reading(read_mu_);
-      ReadAndPushLocked();
-    }
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  ReadEvents([&](const Event& e) { Apply(e, false, apply); });
+  // The reader's session in progress, if any, may hold events queued before
+  // the read above returned: let it push them.
+  const uint32_t seen = reading_.load(std::memory_order_seq_cst);
+  if (seen % 2 != 0) {
+    while (reading_.load(std::memory_order_acquire) == seen) sched_yield();
   }
-  // Exchanged before the apply below: whatever a full ring dropped until now
+  // Exchanged before the pops below: whatever a full ring dropped until now
   // is covered by apply(0, UINTPTR_MAX).
   const bool overflow = overflow_.load(std::memory_order_acquire) &&
                         overflow_.exchange(false, std::memory_order_acq_rel);
   Event e;
-  while (Pop(&e)) {
-    if (!overflow) apply(e.lo, e.hi);
-    if (e.to_hi != 0) {
-      // mremap carried our registration to the new address: drop it there
-      // unless a Watch holds those pages (the program may want them for a
-      // userfaultfd of its own).
-      std::lock_guard<std::mutex> lock(mu_);
-      UnregisterUncountedLocked(e.to_lo, e.to_hi);
-    }
-  }
+  while (Pop(&e)) Apply(e, overflow, apply);
   if (overflow) apply(0, UINTPTR_MAX);
 }
 

@@ -13,8 +13,8 @@
 //    the kernel under UFFD_USER_MODE_ONLY).
 //  - An unmapping thread waits in the kernel until its event is read. The
 //    reader thread (all signals blocked) reads events and pushes them into a
-//    fixed ring without taking any lock a program thread can hold while it
-//    unmaps, and without allocating; a full ring sets "everything is dirty".
+//    fixed ring without taking any lock, and without allocating; a full ring
+//    sets "everything is dirty".
 //  - Drain() applies every event whose system call has returned and every
 //    event the kernel has queued so far (see Drain).
 //  - A fork child does not inherit the registrations (EVENT_FORK is not
@@ -113,9 +113,11 @@ class MemWatch {
 
   MemWatch(int fd, int stop_fd, MemWatchOptions options, size_t max_runs);
   void ReaderLoop();
-  // Reads every queued message without blocking and pushes the events.
-  void ReadAndPushLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_);
-  bool Push(const Event& e);  // producer: holder of read_mu_
+  // Reads every queued message without blocking; take(event) for each event.
+  void ReadEvents(absl::FunctionRef<void(const Event&)> take);
+  // One event's effect (apply, unless everything is dirty anyway).
+  void Apply(const Event& e, bool all_dirty, absl::FunctionRef<void(uintptr_t, uintptr_t)> apply);
+  bool Push(const Event& e);  // producer: the reader thread
   bool Pop(Event* e);         // consumer: holder of apply_mu_
   void DrainSlow(absl::FunctionRef<void(uintptr_t, uintptr_t)> apply);
   // Splits the run containing `at` so that a run starts there.
@@ -129,15 +131,16 @@ class MemWatch {
   int stop_fd_;  // an eventfd: wakes the reader to stop
   const size_t max_runs_;
 
-  // Ring: single producer (whoever holds read_mu_), single consumer
-  // (whoever holds apply_mu_). Fixed at construction.
+  // Ring: single producer (the reader thread), single consumer (whoever
+  // holds apply_mu_). Fixed at construction.
   std::unique_ptr<Event[]> ring_;
   const size_t ring_capacity_;
   std::atomic<uint64_t> ring_head_{0};  // next to pop
   std::atomic<uint64_t> ring_tail_{0};  // next to push
   std::atomic<bool> overflow_{false};
 
-  std::mutex read_mu_;   // reader and Drain: across one non-blocking read + push
+  // The reader's sessions: odd from before its read until after its push.
+  std::atomic<uint32_t> reading_{0};
   std::mutex apply_mu_;  // Drain: across read, pop and apply (consumers serialized)
   std::mutex mu_;        // the runs
   absl::btree_map<uintptr_t, Run> runs_ ABSL_GUARDED_BY(mu_);
