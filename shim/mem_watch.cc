@@ -208,14 +208,31 @@ MemWatch::MemWatch(int fd, int stop_fd, MemWatchOptions options, size_t max_runs
     pthread_setname_np(pthread_self(), "lazypin-watch");
     ReaderLoop();
   });
+  try {
+    unwatcher_ = StartThreadWithSignalsBlocked([this] {
+      pthread_setname_np(pthread_self(), "lazypin-unwatch");
+      UnwatcherLoop();
+    });
+  } catch (...) {
+    // No thread: every Unwatch is made on its caller's thread.
+    std::lock_guard<std::mutex> lock(later_mu_);
+    stop_later_ = true;
+  }
 }
 
 MemWatch::~MemWatch() {
   if (abandoned_.load(std::memory_order_relaxed)) {
-    // A fork's child: the parent's thread does not exist here.
+    // A fork's child: the parent's threads do not exist here.
     if (reader_.joinable()) reader_.detach();
+    if (unwatcher_.joinable()) unwatcher_.detach();
     return;
   }
+  {
+    std::lock_guard<std::mutex> lock(later_mu_);
+    stop_later_ = true;  // what is queued is unregistered below with the rest
+  }
+  later_cv_.notify_all();
+  if (unwatcher_.joinable()) unwatcher_.join();
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [lo, run] : runs_) Unregister(lo, run.end);
@@ -397,7 +414,10 @@ bool MemWatch::Watch(uintptr_t lo, uintptr_t hi, WatchRefusal* refusal) {
     *refusal = WatchRefusal::kUnwatchable;
     return false;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  // Not while the unwatch thread unregisters any of these pages: the
+  // kernel would end the registration made here.
+  unregistered_.wait(lock, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !UnregisteringLocked(lo, hi); });
   // A Watch adds at most 2 split runs and the gaps between existing ones.
   size_t gaps = 1;
   for (auto it = runs_.lower_bound(lo); it != runs_.end() && it->first < hi; ++it) ++gaps;
@@ -442,9 +462,22 @@ void MemWatch::Unwatch(uintptr_t lo, uintptr_t hi) {
   lo = PageFloor(lo);
   hi = PageCeil(hi);
   if (lo >= hi || abandoned_.load(std::memory_order_relaxed)) return;
+  if (hi - lo >= kUnwatchLaterFrom && Later(lo, hi)) return;
   std::lock_guard<std::mutex> lock(mu_);
+  UnwatchLocked(lo, hi, nullptr, 0);
+}
+
+size_t MemWatch::UnwatchLocked(uintptr_t lo, uintptr_t hi, Range* pieces, size_t max) {
   SplitAt(lo);
   SplitAt(hi);
+  size_t count = 0;
+  const auto unregister = [&](uintptr_t from, uintptr_t to) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (pieces != nullptr && count < max) {
+      pieces[count++] = Range{from, to};
+    } else {
+      Unregister(from, to);
+    }
+  };
   uintptr_t free_lo = 0, free_hi = 0;  // contiguous pages left to unregister
   for (auto it = runs_.lower_bound(lo); it != runs_.end() && it->first < hi;) {
     if (--it->second.count != 0) {
@@ -452,14 +485,71 @@ void MemWatch::Unwatch(uintptr_t lo, uintptr_t hi) {
       continue;
     }
     if (free_hi != it->first) {
-      if (free_hi > free_lo) Unregister(free_lo, free_hi);
+      if (free_hi > free_lo) unregister(free_lo, free_hi);
       free_lo = it->first;
     }
     free_hi = it->second.end;
     it = runs_.erase(it);
   }
-  if (free_hi > free_lo) Unregister(free_lo, free_hi);
+  if (free_hi > free_lo) unregister(free_lo, free_hi);
   PublishRunsLocked();
+  return count;
+}
+
+bool MemWatch::Later(uintptr_t lo, uintptr_t hi) {
+  std::unique_lock<std::mutex> queue(later_mu_, std::try_to_lock);
+  if (!queue.owns_lock() || stop_later_ || later_count_ == kLaterSlots) return false;
+  later_[(later_head_ + later_count_++) % kLaterSlots] = Range{lo, hi};
+  queue.unlock();
+  later_cv_.notify_one();
+  return true;
+}
+
+void MemWatch::HoldUnwatches(bool hold) {
+  {
+    std::lock_guard<std::mutex> queue(later_mu_);
+    hold_later_ = hold;
+  }
+  if (!hold) later_cv_.notify_all();
+}
+
+bool MemWatch::UnregisteringLocked(uintptr_t lo, uintptr_t hi) const {
+  for (size_t i = 0; i < unregistering_count_; ++i) {
+    if (unregistering_[i].lo < hi && unregistering_[i].hi > lo) return true;
+  }
+  return false;
+}
+
+void MemWatch::UnwatcherLoop() {
+  ScopedInsideLazypin inside;  // nothing it calls is lazypin's to intercept
+  std::unique_lock<std::mutex> queue(later_mu_);
+  for (;;) {
+    later_cv_.wait(queue, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return (later_count_ != 0 && !hold_later_) || stop_later_;
+    });
+    if (stop_later_) return;
+    const Range r = later_[later_head_];
+    later_head_ = (later_head_ + 1) % kLaterSlots;
+    --later_count_;
+    queue.unlock();
+    Range pieces[kPieces];
+    size_t n;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      n = UnwatchLocked(r.lo, r.hi, pieces, kPieces);
+      for (size_t i = 0; i < n; ++i) unregistering_[i] = pieces[i];
+      unregistering_count_ = n;
+    }
+    // Without mu_: a Watch elsewhere (a program's register) does not wait
+    // for this page walk; one overlapping these pages does (Watch).
+    for (size_t i = 0; i < n; ++i) Unregister(pieces[i].lo, pieces[i].hi);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      unregistering_count_ = 0;
+    }
+    unregistered_.notify_all();
+    queue.lock();
+  }
 }
 
 MemWatchCounters MemWatch::Counters() const {

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -78,8 +79,18 @@ class MemWatch {
   // range cannot be watched; then nothing changed.
   bool Watch(uintptr_t lo, uintptr_t hi, WatchRefusal* refusal = nullptr);
   // Ends one Watch of [lo, hi) (the registration really ended): pages no other
-  // watched range holds are unregistered from the kernel.
+  // watched range holds are unregistered from the kernel. The kernel's
+  // unregister of a write-protect range visits every page (0.18 s per
+  // populated GiB on the development VM), so from kUnwatchLaterFrom bytes on
+  // the whole Unwatch is handed to lazypin's unwatch thread and this returns
+  // at once; a Watch of pages it is unregistering waits for it. Events for
+  // pages still watched meanwhile are harmless (nothing pooled is there).
   void Unwatch(uintptr_t lo, uintptr_t hi);
+  static constexpr uintptr_t kUnwatchLaterFrom = uintptr_t{1} << 20;
+  // While held, the unwatch thread starts no new Unwatch (it needs the
+  // process's mmap lock, which fork takes too): fork's prepare handler holds,
+  // the parent's handler lets go, so that the fork does not wait for it.
+  void HoldUnwatches(bool hold);
 
   // Calls apply(lo, hi) for every range the kernel reported since the last
   // Drain (apply(0, UINTPTR_MAX) after an overflow). It sees every event
@@ -111,8 +122,22 @@ class MemWatch {
     uint32_t count;
   };
 
+  struct Range {
+    uintptr_t lo, hi;
+  };
+
   MemWatch(int fd, int stop_fd, MemWatchOptions options, size_t max_runs);
   void ReaderLoop();
+  void UnwatcherLoop();
+  // Queues [lo, hi) for the unwatch thread; false (nothing queued) when the
+  // queue is full or busy (a signal handler on a thread inside Later).
+  bool Later(uintptr_t lo, uintptr_t hi);
+  // Unwatch's bookkeeping; the pages to unregister go into `pieces` (up to
+  // `max`; their count returned) or, with `pieces` null or full, are
+  // unregistered here, with the lock held.
+  size_t UnwatchLocked(uintptr_t lo, uintptr_t hi, Range* pieces, size_t max)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool UnregisteringLocked(uintptr_t lo, uintptr_t hi) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads every queued message without blocking; take(event) for each event.
   void ReadEvents(absl::FunctionRef<void(const Event&)> take);
   // One event's effect (apply, unless everything is dirty anyway).
@@ -144,11 +169,28 @@ class MemWatch {
   std::mutex apply_mu_;  // Drain: across read, pop and apply (consumers serialized)
   std::mutex mu_;        // the runs
   absl::btree_map<uintptr_t, Run> runs_ ABSL_GUARDED_BY(mu_);
+  // Pages the unwatch thread is unregistering without mu_ held (their runs
+  // are gone already): a Watch overlapping them waits (unregistered_).
+  static constexpr size_t kPieces = 16;
+  Range unregistering_[kPieces] ABSL_GUARDED_BY(mu_) = {};
+  size_t unregistering_count_ ABSL_GUARDED_BY(mu_) = 0;
+  std::condition_variable unregistered_;
+  // Unwatches handed to the unwatch thread (fixed: a release may run in a
+  // memory hook, where nothing is allocated).
+  static constexpr size_t kLaterSlots = 4096;
+  std::mutex later_mu_;  // the queue only, never held across a system call
+  std::condition_variable later_cv_;
+  Range later_[kLaterSlots] ABSL_GUARDED_BY(later_mu_) = {};
+  size_t later_head_ ABSL_GUARDED_BY(later_mu_) = 0;  // a ring: the oldest
+  size_t later_count_ ABSL_GUARDED_BY(later_mu_) = 0;
+  bool stop_later_ ABSL_GUARDED_BY(later_mu_) = false;
+  bool hold_later_ ABSL_GUARDED_BY(later_mu_) = false;
   std::atomic<size_t> watched_runs_{0};
 
   std::atomic<uint64_t> events_{0}, overflows_{0}, unexpected_{0};
   std::atomic<bool> abandoned_{false};
   LazypinThread reader_;
+  LazypinThread unwatcher_;
 };
 
 }  // namespace lazypin

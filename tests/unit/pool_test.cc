@@ -27,9 +27,10 @@ std::string Hex(uintptr_t p) { return absl::StrFormat("0x%x", p); }
 
 class FakeDriver final : public PoolDriver {
  public:
-  int Unregister(uintptr_t ptr, Context ctx, ReleaseWait*) override {
+  int Unregister(uintptr_t ptr, Context ctx, ReleaseWait* wait) override {
     log.push_back("evict " + Hex(ptr));
     eviction_ctx.push_back(ctx);
+    after_wait.push_back(wait->after_wait);
     return model.Unregister(ptr);
   }
   bool ReadFrames(uintptr_t ptr, size_t bytes, std::vector<uint64_t>* frames) override {
@@ -43,6 +44,7 @@ class FakeDriver final : public PoolDriver {
   DriverModel model;
   std::vector<std::string> log;
   std::vector<Context> eviction_ctx;
+  std::vector<bool> after_wait;  // ReleaseWait::after_wait of each eviction
   int64_t now = 0;
   uint64_t frame_base = 0;
   bool frames_known = true;
@@ -355,6 +357,16 @@ TEST_F(PoolTest, ReleaseAllBeforeForkReleasesDeferredAndKeepsInUse) {
   EXPECT_EQ(Evictions(EvictReason::kFork), 1u);
   EXPECT_NE(driver_.model.Find(kB), nullptr);
   EXPECT_EQ(Unreg(kB).action, Action::kDeferred);
+}
+
+TEST_F(PoolTest, ABatchOfReleasesWaitsOncePerContext) {
+  Defer(kA, kPage);
+  Defer(kB, kPage);
+  Defer(kC, kPage, 0, kCtx2);
+  EXPECT_EQ(pool_->ReleaseAll(EvictReason::kFork), 3);
+  EXPECT_THAT(driver_.eviction_ctx, ElementsAre(kCtx1, kCtx1, kCtx2));
+  EXPECT_THAT(driver_.after_wait, ElementsAre(false, true, false))
+      << "the second release of kCtx1 follows the first's wait; kCtx2's waits";
 }
 
 TEST_F(PoolTest, OutOfMemoryReleasesEverythingPooledAndRetriesOnce) {
