@@ -501,6 +501,32 @@ TEST_F(MemWatchTest, RemappedAddressWatchedAgain) {
   munmap(q, 4 * kPage);
 }
 
+// A large Unwatch is made by the unwatch thread; a Watch of the same pages
+// right after (the program registers the buffer again) is never undone by it,
+// and a hold (fork's prepare handler) keeps it from starting.
+TEST_F(MemWatchTest, LargeUnwatchLaterNeverUndoesALaterWatch) {
+  const size_t pages = MemWatch::kUnwatchLaterFrom / kPage * 4;
+  char* p = MapAnon(pages);
+  for (size_t i = 0; i < pages; ++i) p[i * kPage] = 1;
+  for (int round = 0; round < 20; ++round) {
+    WatchPages(p, pages);
+    watch_->Unwatch(Addr(p), Addr(p) + pages * kPage);  // handed over
+    WatchPages(p, pages);                               // at once again
+    ASSERT_EQ(syscall(SYS_madvise, p, kPage, MADV_DONTNEED), 0);
+    ExpectEvent(p, 1, "madvise after a queued Unwatch and a new Watch");
+    watch_->Unwatch(Addr(p), Addr(p) + pages * kPage);
+  }
+  watch_->HoldUnwatches(true);
+  WatchPages(p, pages);
+  watch_->Unwatch(Addr(p), Addr(p) + pages * kPage);
+  usleep(20000);
+  EXPECT_NE(watch_->WatchedRuns(), 0u) << "held: not started";
+  watch_->HoldUnwatches(false);
+  for (int i = 0; i < 500 && watch_->WatchedRuns() != 0; ++i) usleep(2000);
+  EXPECT_EQ(watch_->WatchedRuns(), 0u) << "let go: made";
+  munmap(p, pages * kPage);
+}
+
 // The kernel (6.18) registers the mapped parts of a range with holes; a hole
 // is page_class's to report (kUnmapped), and the driver refuses to register it.
 TEST_F(MemWatchTest, HolesAreWatchedAroundAndFileMappingsRefused) {
