@@ -4,8 +4,13 @@
 // Dispatch, the pool, the kernel watch's drain, the record into the log ring.
 // Run it once plain and once under LD_PRELOAD=liblazypin.so with
 // LAZYPIN_MODE=defer, on the simulated stack (SIMCUDA_SLEEP=0 SIMCUDA_PIN=0)
-// or a GPU; the difference is lazypin's. scripts/bench-paths runs both,
-// interleaved, and prints the table.
+// or a GPU; the difference is lazypin's. From the build directory:
+//   LD_LIBRARY_PATH=$PWD/simcuda SIMCUDA_SLEEP=0 SIMCUDA_PIN=0 ./bench/path_bench
+//   LD_PRELOAD=$PWD/shim/liblazypin.so LAZYPIN_MODE=defer LAZYPIN_SUMMARY=0 \
+//     LD_LIBRARY_PATH=$PWD/simcuda SIMCUDA_SLEEP=0 SIMCUDA_PIN=0 ./bench/path_bench
+// (--benchmark_repetitions=3 for spreads). PATH_BENCH_NO_STAMP=1 leaves the
+// pages alone between calls: the cache and TLB effect of the program's own
+// writes, which is what grows with the size.
 //  - BM_Hit/<bytes>: a register served from the pool (defer) or made by the
 //    driver (plain), with the buffer's pages written before each call, as
 //    testapps/loop does (so caches and TLB are what a program leaves them);
