@@ -498,7 +498,7 @@ size_t MemWatch::UnwatchLocked(uintptr_t lo, uintptr_t hi, Range* pieces, size_t
 
 bool MemWatch::Later(uintptr_t lo, uintptr_t hi) {
   std::unique_lock<std::mutex> queue(later_mu_, std::try_to_lock);
-  if (!queue.owns_lock() || stop_later_ || later_count_ == kLaterSlots) return false;
+  if (!queue.owns_lock() || !hold_later_ || stop_later_ || later_count_ == kLaterSlots) return false;
   later_[(later_head_ + later_count_++) % kLaterSlots] = Range{lo, hi};
   queue.unlock();
   later_cv_.notify_one();

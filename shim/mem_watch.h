@@ -80,16 +80,18 @@ class MemWatch {
   bool Watch(uintptr_t lo, uintptr_t hi, WatchRefusal* refusal = nullptr);
   // Ends one Watch of [lo, hi) (the registration really ended): pages no other
   // watched range holds are unregistered from the kernel. The kernel's
-  // unregister of a write-protect range visits every page (0.18 s per
-  // populated GiB on the development VM), so from kUnwatchLaterFrom bytes on
-  // the whole Unwatch is handed to lazypin's unwatch thread and this returns
-  // at once; a Watch of pages it is unregistering waits for it. Events for
-  // pages still watched meanwhile are harmless (nothing pooled is there).
+  // unregister of a write-protect range visits every page (0.16 s per
+  // populated GiB on the development VM) under the process's mmap lock, which
+  // fork needs too: while held (HoldUnwatches, fork's prepare handler), an
+  // Unwatch of kUnwatchLaterFrom bytes or more is queued and made by
+  // lazypin's unwatch thread once let go (the parent's handler), so the fork
+  // does not wait for it. A Watch of pages it is unregistering waits for it.
+  // Events for pages still watched meanwhile find nothing pooled (at worst a
+  // new registration there is not deferred). Otherwise it is made here: the
+  // memory usually leaves right after (free, munmap), and its event must not
+  // outlive the registration.
   void Unwatch(uintptr_t lo, uintptr_t hi);
   static constexpr uintptr_t kUnwatchLaterFrom = uintptr_t{1} << 20;
-  // While held, the unwatch thread starts no new Unwatch (it needs the
-  // process's mmap lock, which fork takes too): fork's prepare handler holds,
-  // the parent's handler lets go, so that the fork does not wait for it.
   void HoldUnwatches(bool hold);
 
   // Calls apply(lo, hi) for every range the kernel reported since the last
@@ -129,8 +131,9 @@ class MemWatch {
   MemWatch(int fd, int stop_fd, MemWatchOptions options, size_t max_runs);
   void ReaderLoop();
   void UnwatcherLoop();
-  // Queues [lo, hi) for the unwatch thread; false (nothing queued) when the
-  // queue is full or busy (a signal handler on a thread inside Later).
+  // Queues [lo, hi) for the unwatch thread while held; false (nothing
+  // queued) when not held, or the queue is full or busy (a signal handler on
+  // a thread inside Later).
   bool Later(uintptr_t lo, uintptr_t hi);
   // Unwatch's bookkeeping; the pages to unregister go into `pieces` (up to
   // `max`; their count returned) or, with `pieces` null or full, are
