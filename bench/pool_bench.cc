@@ -1,4 +1,4 @@
-// Micro-benchmarks of the pool's fast paths (shim/pool.h), against a driver
+// Micro-benchmarks of the pool's fast paths (shim/core/pool.h), against a driver
 // that returns at once, so they measure lazypin's own cost:
 //  - BM_HitCycle/N: a register served from the pool plus the unregister that
 //    defers it again, with N other entries pooled;

@@ -134,7 +134,7 @@ def ptr_int(p):
 
 
 # --------------------------------------------------------------------------
-# the latency histogram: the shim's (shim/stats.cc LatencyHistogram), so that
+# the latency histogram: the shim's (shim/telemetry/stats.cc LatencyHistogram), so that
 # the report's percentiles are the shim summary's for the same calls.
 # Values under 32 ns are exact; above, 32 sub-buckets per power of two, a
 # value reported as its bucket's midpoint (relative error under 1.6%), never
@@ -347,7 +347,7 @@ def table(headers, rows, indent="  ", left=(0,)):
 # --------------------------------------------------------------------------
 # reading logs, streamed
 
-# The shim's own record layout (shim/shim.cc), read without json: a line that
+# The shim's own record layout (shim/telemetry/records.cc), read without json: a line that
 # does not match exactly (other field order, escapes, unknown fields) goes
 # through json.loads, with the same result.
 CALL_RE = re.compile(

@@ -1,8 +1,15 @@
 // unseen.cc: pages that change under a registration through paths no PLT hook
 // sees (issue 13). For each path: register a buffer, fill it, copy it to the
 // device, unregister; change its pages by that path; map new memory at the
-// same address with different bytes; register again, copy it to the device
-// and back, and compare. One line per case:
+// same address with different bytes; then (--then):
+//   register  register it again, copy it to the device and back, and compare;
+//   copy      copy it as pageable memory, with no call in between that
+//             registers anything: cudaMemcpy to the device and back (--dir
+//             htod), or from the device into it (--dir dtoh), and compare;
+//   async     the same with cudaMemcpyAsync on a stream, then synchronize.
+// --thread other makes those copies on a second thread (handed over after the
+// change), --thread same on the thread that changed the pages.
+// One line per case:
 //   unseen <case> OK      the bytes round-tripped
 //   unseen <case> STALE   the device got other bytes (DMA from the old pages)
 //   unseen <case> SKIP    this kernel or system lacks the path
@@ -10,7 +17,15 @@
 // shim. On the simulated stack the copies move bytes by virtual address, so
 // its stale-frame detector (SIMCUDA_STALE) is what catches an old frame.
 //
-// CLI: unseen [--size 64K] [--only <case>]
+// --stress N: instead of the cases, one thread registers, copies and
+// unregisters buffers and then replaces their pages by raw system calls
+// (munmap + mmap, MAP_FIXED mmap, madvise) and writes new bytes, N times,
+// while a second thread copies each changed buffer to the device and back as
+// soon as it is handed over (the changes of the next buffers run meanwhile).
+// Prints "stress <N> copies, <M> STALE".
+//
+// CLI: unseen [--size 64K] [--only <case>] [--then register|copy|async]
+//             [--dir htod|dtoh] [--thread same|other] [--stress N]
 // Exit: 0 (whatever the cases printed); 1 on a setup failure.
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -29,7 +44,12 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #ifndef MAP_FIXED_NOREPLACE
 #define MAP_FIXED_NOREPLACE 0x100000
@@ -37,7 +57,9 @@
 
 namespace {
 
-const char* kUsage = "usage: unseen [--size 64K] [--only <case>]\n";
+const char* kUsage =
+    "usage: unseen [--size 64K] [--only <case>] [--then register|copy|async] [--dir htod|dtoh]\n"
+    "              [--thread same|other] [--stress N]\n";
 const size_t P = tapp::kPage;
 
 size_t g_size = 64 << 10;
@@ -52,9 +74,93 @@ void First(void* buf, size_t n, uint64_t seed) {
   CHECK(cudaHostUnregister(buf));
 }
 
-// Fills with `seed`'s bytes, registers, copies to the device and back.
+enum class Then { kRegister, kCopy, kAsync };
+Then g_then = Then::kRegister;
+bool g_dtoh = false;
+cudaStream_t g_stream = nullptr;
+
+// The second thread of --thread other: runs each job handed to it, in order.
+class Copier {
+ public:
+  Copier() : thread_([this] { Loop(); }) {}
+  ~Copier() {
+    Post(nullptr);
+    thread_.join();
+  }
+  // Hands `job` over and returns at once (null: stop).
+  void Post(std::function<void()> job) {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.push_back(std::move(job));
+    cv_.notify_all();
+  }
+  // Runs `job` there and waits for it.
+  void Run(std::function<void()> job) {
+    bool done = false;
+    Post([&] {
+      job();
+      std::lock_guard<std::mutex> lock(mu_);
+      done = true;
+      cv_.notify_all();
+    });
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return done; });
+  }
+
+ private:
+  void Loop() {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return !jobs_.empty(); });
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      if (!job) return;
+      job();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  std::thread thread_;
+};
+Copier* g_copier = nullptr;
+
+void Copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+  if (g_then == Then::kAsync) {
+    CHECK(cudaMemcpyAsync(dst, src, n, kind, g_stream));
+    CHECK(cudaStreamSynchronize(g_stream));
+  } else {
+    CHECK(cudaMemcpy(dst, src, n, kind));
+  }
+}
+
+// The copies of a changed buffer, with nothing registered in between:
+// host to device and back into g_check, or device to host into it.
+const char* CopyChanged(void* buf, size_t n, uint64_t seed) {
+  if (g_dtoh) {
+    tapp::fill_full(g_check, n, seed + 1000);
+    CHECK(cudaMemcpy(g_dev, g_check, n, cudaMemcpyHostToDevice));
+    Copy(buf, g_dev, n, cudaMemcpyDeviceToHost);
+  } else {
+    Copy(g_dev, buf, n, cudaMemcpyHostToDevice);
+    std::memset(g_check, 0, n);
+    CHECK(cudaMemcpy(g_check, g_dev, n, cudaMemcpyDeviceToHost));
+  }
+  return tapp::first_diff(g_check, buf, n) < 0 ? "OK" : "STALE";
+}
+
+// Fills with `seed`'s bytes, then (--then) registers, copies to the device
+// and back, or copies it as pageable memory.
 const char* Second(void* buf, size_t n, uint64_t seed) {
   tapp::fill_full(buf, n, seed);
+  if (g_then != Then::kRegister) {
+    if (g_copier == nullptr) return CopyChanged(buf, n, seed);
+    const char* r = nullptr;
+    g_copier->Run([&] { r = CopyChanged(buf, n, seed); });
+    return r;
+  }
   CHECK(cudaHostRegister(buf, n, cudaHostRegisterDefault));
   CHECK(cudaMemcpy(g_dev, buf, n, cudaMemcpyHostToDevice));
   std::memset(g_check, 0, n);
@@ -295,20 +401,115 @@ const Case kCases[] = {
     {"shmdt_split", ShmdtSplit},
 };
 
+// --stress: this thread changes pages by raw system calls while the copier
+// copies the buffers changed before.
+void Stress(int rounds) {
+  constexpr int kSlots = 8;
+  const size_t n = g_size;
+  char* slot[kSlots];
+  for (char*& p : slot) p = MapAnon(n);
+  void* dev[kSlots];
+  unsigned char* check[kSlots];
+  for (int i = 0; i < kSlots; ++i) {
+    CHECK(cudaMalloc(&dev[i], n));
+    check[i] = static_cast<unsigned char*>(tapp::alloc_aligned(n));
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  int busy[kSlots] = {};  // handed over and not yet copied
+  int stale = 0;
+  Copier copier;
+  for (int r = 0; r < rounds; ++r) {
+    const int i = r % kSlots;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return busy[i] == 0; });
+    }
+    char* p = slot[i];
+    tapp::fill_full(p, n, 100 + r);
+    CHECK(cudaHostRegister(p, n, cudaHostRegisterDefault));
+    CHECK(cudaMemcpy(dev[i], p, n, cudaMemcpyHostToDevice));
+    CHECK(cudaHostUnregister(p));
+    switch (r % 3) {
+      case 0:
+        syscall(SYS_munmap, p, n);
+        MapAgain(p, n);
+        break;
+      case 1:
+        syscall(SYS_mmap, p, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+        break;
+      default:
+        syscall(SYS_madvise, p, n, MADV_DONTNEED);
+        break;
+    }
+    tapp::fill_full(p, n, 200 + r);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      busy[i] = 1;
+    }
+    copier.Post([&, i, p] {
+      CHECK(cudaMemcpy(dev[i], p, n, cudaMemcpyHostToDevice));
+      std::memset(check[i], 0, n);
+      CHECK(cudaMemcpy(check[i], dev[i], n, cudaMemcpyDeviceToHost));
+      std::lock_guard<std::mutex> lock(mu);
+      if (tapp::first_diff(check[i], p, n) >= 0) ++stale;
+      busy[i] = 0;
+      cv.notify_all();
+    });
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] {
+      for (int b : busy) {
+        if (b != 0) return false;
+      }
+      return true;
+    });
+  }
+  std::printf("stress %d copies, %d STALE\n", rounds, stale);
+  for (int i = 0; i < kSlots; ++i) {
+    CHECK(cudaFree(dev[i]));
+    munmap(slot[i], n);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  tapp::Args args(argc, argv, {"size", "only"}, {}, kUsage);
+  tapp::Args args(argc, argv, {"size", "only", "then", "dir", "thread", "stress"}, {}, kUsage);
   g_size = (args.size("size", 64 << 10) + P - 1) & ~(P - 1);
   const std::string only = args.str("only", "");
+  const std::string then = args.str("then", "register");
+  const std::string dir = args.str("dir", "htod");
+  const std::string thread = args.str("thread", "same");
+  if ((then != "register" && then != "copy" && then != "async") || (dir != "htod" && dir != "dtoh") ||
+      (thread != "same" && thread != "other")) {
+    std::fputs(kUsage, stderr);
+    return 1;
+  }
+  g_then = then == "copy" ? Then::kCopy : then == "async" ? Then::kAsync : Then::kRegister;
+  g_dtoh = dir == "dtoh";
   CHECK(cudaMalloc(&g_dev, g_size));
+  CHECK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
   g_check = static_cast<unsigned char*>(tapp::alloc_aligned(g_size));
+  const int stress = static_cast<int>(args.size("stress", 0));
+  if (stress > 0) {
+    Stress(stress);
+    CHECK(cudaFree(g_dev));
+    std::printf("UNSEEN done\n");
+    return 0;
+  }
+  Copier* copier = thread == "other" ? new Copier : nullptr;
+  g_copier = copier;
   for (const Case& c : kCases) {
     if (!only.empty() && only != c.name) continue;
     const char* r = c.run();
     std::printf("unseen %s %s\n", c.name, r);
     std::fflush(stdout);
   }
+  g_copier = nullptr;
+  delete copier;
+  CHECK(cudaStreamDestroy(g_stream));
   CHECK(cudaFree(g_dev));
   std::printf("UNSEEN done\n");
   return 0;

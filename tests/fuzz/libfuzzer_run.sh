@@ -8,8 +8,8 @@ src=$1 work=$2 seconds=$3
 mkdir -p "$work/corpus"
 # shellcheck disable=SC2046
 clang++ -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  -DFMT_HEADER_ONLY -I"$src/tests/unit" -I"$src/shim" \
-  "$src/tests/fuzz/pool_fuzz.cc" "$src/shim/pool.cc" "$src/shim/types.cc" \
+  -DFMT_HEADER_ONLY -I"$src/tests/unit" -I"$src/shim/base" -I"$src/shim/core" \
+  "$src/tests/fuzz/pool_fuzz.cc" "$src/shim/core/pool.cc" "$src/shim/base/types.cc" \
   $(pkg-config --libs absl_str_format absl_strings) -o "$work/pool_fuzz"
 cd "$work"
 rc=0

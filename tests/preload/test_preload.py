@@ -194,6 +194,45 @@ class PreloadTest(AppTestCase):
         self.assertEqual(outs["log"], outs["bare"])
         self.assertEqual(outs["defer"], outs["bare"])
 
+    # A copy right after a change only the kernel saw, with no register in
+    # between: the copy hooks apply the watch's changes first (every copy
+    # form). Sync and async, both directions, from the thread that changed
+    # the pages and from another one; the detector counts any copy through
+    # the old frames.
+    def test_copy_right_after_an_unseen_change_reads_the_new_pages(self):
+        for then in ("copy", "async"):
+            for direction in ("htod", "dtoh"):
+                for thread in ("same", "other"):
+                    argv = [app("unseen"), "--then", then, "--dir", direction, "--thread", thread]
+                    outs = {}
+                    for mode in ("bare", "log", "defer"):
+                        extra = {"SIMCUDA_STALE": "count"}
+                        if mode != "bare":
+                            extra["LAZYPIN_MODE"] = mode
+                        run = self.run_app(argv, shim=mode != "bare", **extra)
+                        what = "%s %s %s %s" % (then, direction, thread, mode)
+                        self.assertEqual(run.rc, 0, what + run.err[-2000:])
+                        self.assertIn("UNSEEN done", run.out, what)
+                        stale = run.err.count("STALE REGISTRATION")
+                        self.assertEqual(stale, 0, "%s: %d stale copies\n%s\n%s" % (
+                            what, stale, run.out, run.err[-3000:]))
+                        outs[mode] = run.out
+                    self.assertEqual(outs["log"], outs["bare"], argv)
+                    self.assertEqual(outs["defer"], outs["bare"], argv)
+
+    def test_copies_while_another_thread_changes_pages_by_raw_syscalls(self):
+        for mode in ("bare", "log", "defer"):
+            extra = {"SIMCUDA_STALE": "count"}
+            if mode != "bare":
+                extra["LAZYPIN_MODE"] = mode
+            run = self.run_app([app("unseen"), "--stress", "600"], shim=mode != "bare", **extra)
+            self.assertEqual(run.rc, 0, run.err[-2000:])
+            self.assertIn("stress 600 copies, 0 STALE", run.out, mode)
+            self.assertEqual(run.err.count("STALE REGISTRATION"), 0, (mode, run.err[-3000:]))
+            if mode == "defer":
+                evictions = run.records[-1]["pool"]["evictions"]
+                self.assertGreater(evictions.get("watch", 0), 0, evictions)
+
     def test_unseen_paths_with_hooks_alone_is_the_documented_gap(self):
         # LAZYPIN_WATCH=hooks: what the hooks alone miss (docs/design.md, "The kernel watch").
         run = self.run_app([app("unseen")], LAZYPIN_MODE="defer", LAZYPIN_WATCH="hooks",
@@ -330,7 +369,24 @@ class PreloadTest(AppTestCase):
                    "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuMemcpy", "cuMemcpy2D_v2",
                    "cuMemcpy2DUnaligned_v2", "cuMemcpy3D_v2", "cuMemcpyHtoD_v2_ptds",
                    "cuMemcpyDtoH_v2_ptds", "cuMemcpy_ptds", "cuMemcpy2D_v2_ptds",
-                   "cuMemcpy2DUnaligned_v2_ptds", "cuMemcpy3D_v2_ptds"}
+                   "cuMemcpy2DUnaligned_v2_ptds", "cuMemcpy3D_v2_ptds",
+                   # copies guarded for the kernel watch's changes only
+                   "cuMemcpyHtoA_v2", "cuMemcpyAtoH_v2", "cuMemcpy3DPeer",
+                   "cuMemcpyHtoA_v2_ptds", "cuMemcpyAtoH_v2_ptds", "cuMemcpy3DPeer_ptds",
+                   "cuMemcpyHtoAAsync_v2", "cuMemcpyAtoHAsync_v2", "cuMemcpy3DPeerAsync",
+                   "cuMemcpyHtoAAsync_v2_ptsz", "cuMemcpyAtoHAsync_v2_ptsz",
+                   "cuMemcpy3DPeerAsync_ptsz", "cuMemcpyBatchAsync", "cuMemcpyBatchAsync_ptsz",
+                   "cuMemcpyBatchAsync_v2", "cuMemcpyBatchAsync_v2_ptsz", "cuMemcpy3DBatchAsync",
+                   "cuMemcpy3DBatchAsync_ptsz", "cuMemcpy3DBatchAsync_v2",
+                   "cuMemcpy3DBatchAsync_v2_ptsz",
+                   # graphs: memcpy nodes' host ranges, released before use
+                   "cuGraphAddMemcpyNode", "cuGraphAddNode", "cuGraphAddNode_v2",
+                   "cuGraphMemcpyNodeSetParams", "cuGraphNodeSetParams",
+                   "cuGraphExecMemcpyNodeSetParams", "cuGraphExecNodeSetParams",
+                   "cuGraphAddChildGraphNode", "cuGraphClone", "cuGraphInstantiateWithFlags",
+                   "cuGraphInstantiateWithParams", "cuGraphInstantiateWithParams_ptsz",
+                   "cuGraphExecUpdate_v2", "cuGraphLaunch", "cuGraphLaunch_ptsz",
+                   "cuGraphDestroy", "cuGraphExecDestroy"}
         self.assertEqual(names, allowed)
         # Preloaded into every process of a tree: it needs only libc (and the
         # dynamic linker, loaded in every process anyway), and has no run path.
@@ -387,6 +443,36 @@ class PreloadTest(AppTestCase):
         subprocess.run(["cc", "-o", exe, src, "-ldl"], check=True)
         run = self.run_app([exe])
         self.assertEqual(run.out.strip(), "1")
+
+
+class GraphCopyTest(AppTestCase):
+    """A graph replaying copies of memory the program believes pageable
+    (unregistered, so deferred; or auto-pinned), launched behind a kernel
+    with its source overwritten right after the launch: the device gets what
+    it gets without lazypin, and a replayed device-to-host copy is as
+    complete on return, at every launch."""
+
+    def test_graph_copies_are_the_bare_ones(self):
+        sim = {"SIMCUDA_SLEEP": "1", "SIMCUDA_KERNEL_US": "30000"}
+        modes = (("bare", {}), ("log", {"LAZYPIN_MODE": "log"}),
+                 ("defer", {"LAZYPIN_MODE": "defer"}),
+                 ("autopin", {"LAZYPIN_MODE": "defer", "LAZYPIN_AUTOPIN": "1"}))
+        for build in ("capture", "explicit"):
+            for memory in ("unregistered", "copied"):
+                argv = [app("graphcopy_shared"), "--build", build, "--memory", memory,
+                        "--launches", "3"]
+                outs = {}
+                for mode, extra in modes:
+                    run = self.run_app(argv, shim=mode != "bare", **dict(sim, **extra))
+                    self.assertEqual(run.rc, 0, (mode, argv, run.err[-2000:]))
+                    self.assertIn("GRAPHCOPY done", run.out)
+                    outs[mode] = run.out
+                    pool = run.records[-1]["pool"] if run.records else {}
+                    if (mode, memory) in (("defer", "unregistered"), ("autopin", "copied")):
+                        self.assertGreater(pool["evictions"].get("graph", 0), 0, (argv, pool))
+                self.assertIn("h2d launch, d2h complete", outs["bare"], outs["bare"])
+                for mode in ("log", "defer", "autopin"):
+                    self.assertEqual(outs[mode], outs["bare"], (mode, argv))
 
 
 class CaptureReleaseTest(AppTestCase):

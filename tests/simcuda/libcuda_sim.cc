@@ -1783,6 +1783,27 @@ API CUresult CUDAAPI cuGraphLaunch(CUgraphExec exec, CUstream s) {
   return CUDA_SUCCESS;
 }
 
+API CUresult CUDAAPI cuGraphCreate(CUgraph* graph, unsigned int flags) {
+  if (CUresult rc = need_ctx()) return rc;
+  if (!graph || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  *graph = new CUgraph_st{};
+  return CUDA_SUCCESS;
+}
+
+// An explicit memcpy node: replayed by cuGraphLaunch as cuMemcpy3DAsync on the
+// launch's stream, after the nodes added before it (dependencies are not
+// simulated: nodes run in the order they were added).
+API CUresult CUDAAPI cuGraphAddMemcpyNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps,
+                                          size_t count, const CUDA_MEMCPY3D* copy, CUcontext ctx) {
+  (void)deps, (void)count, (void)ctx;
+  if (CUresult rc = need_ctx()) return rc;
+  if (!node || !graph || !copy) return CUDA_ERROR_INVALID_VALUE;
+  const CUDA_MEMCPY3D c = *copy;
+  graph->nodes.push_back([c](CUstream st) { copy3d(&c, st, true); });
+  *node = reinterpret_cast<CUgraphNode>(static_cast<uintptr_t>(graph->nodes.size()));
+  return CUDA_SUCCESS;
+}
+
 API CUresult CUDAAPI cuGraphDestroy(CUgraph graph) {
   if (!graph) return CUDA_ERROR_INVALID_VALUE;
   delete graph;
@@ -2006,6 +2027,8 @@ const ProcEntry kProcs[] = {
     P("cuGraphInstantiate", 11040, cuGraphInstantiateWithFlags),
     P("cuGraphInstantiateWithFlags", 11040, cuGraphInstantiateWithFlags),
     P("cuGraphLaunch", 10000, cuGraphLaunch),
+    P("cuGraphCreate", 10000, cuGraphCreate),
+    P("cuGraphAddMemcpyNode", 10000, cuGraphAddMemcpyNode),
     P("cuGraphDestroy", 10000, cuGraphDestroy),
     P("cuGraphExecDestroy", 10000, cuGraphExecDestroy),
     P("cuEventCreate", 2000, cuEventCreate),

@@ -88,6 +88,8 @@ namespace {
   X(cuStreamIsCapturing, 10000)                                   \
   X(cuGraphInstantiateWithFlags, 11040)                           \
   X(cuGraphLaunch, 10000)                                         \
+  X(cuGraphCreate, 10000)                                         \
+  X(cuGraphAddMemcpyNode, 10000)                                  \
   X(cuGraphDestroy, 10000)                                        \
   X(cuGraphExecDestroy, 10000)
 
@@ -721,6 +723,31 @@ cudaError_t CUDARTAPI cudaGraphInstantiateWithFlags(cudaGraphExec_t* exec, cudaG
 cudaError_t CUDARTAPI cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
   NEED_CTX();
   return rec(conv(D().cuGraphLaunch(exec, s)));
+}
+
+cudaError_t CUDARTAPI cudaGraphCreate(cudaGraph_t* graph, unsigned int flags) {
+  NEED_CTX();
+  return rec(conv(D().cuGraphCreate(graph, flags)));
+}
+
+// A 1D copy node: one row of unified addresses (cudaMemcpyDefault's rules).
+cudaError_t CUDARTAPI cudaGraphAddMemcpyNode1D(cudaGraphNode_t* node, cudaGraph_t graph,
+                                               const cudaGraphNode_t* deps, size_t count, void* dst,
+                                               const void* src, size_t bytes, enum cudaMemcpyKind kind) {
+  (void)kind;
+  NEED_CTX();
+  CUDA_MEMCPY3D c;
+  std::memset(&c, 0, sizeof c);
+  c.srcMemoryType = CU_MEMORYTYPE_UNIFIED;
+  c.srcDevice = reinterpret_cast<CUdeviceptr>(src);
+  c.dstMemoryType = CU_MEMORYTYPE_UNIFIED;
+  c.dstDevice = reinterpret_cast<CUdeviceptr>(dst);
+  c.WidthInBytes = bytes;
+  c.Height = 1;
+  c.Depth = 1;
+  CUcontext ctx = nullptr;
+  D().cuCtxGetCurrent(&ctx);
+  return rec(conv(D().cuGraphAddMemcpyNode(node, graph, deps, count, &c, ctx)));
 }
 
 cudaError_t CUDARTAPI cudaGraphDestroy(cudaGraph_t graph) {

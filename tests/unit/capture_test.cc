@@ -1,4 +1,4 @@
-// CaptureTracker (shim/capture.h): the captures in progress, per context, and
+// CaptureTracker (shim/core/capture.h): the captures in progress, per context, and
 // the driver's rule for which thread may make an unsafe call meanwhile.
 #include "capture.h"
 

@@ -1,4 +1,4 @@
-// The collector (shim/collector.h) without any hooks: a pool on a fake driver,
+// The collector (shim/core/collector.h) without any hooks: a pool on a fake driver,
 // real malloc'd blocks handed over as the free hook does, a fake "real free".
 // Checks the order that hazard 1 needs (the driver's unregister before the
 // block is freed), that nothing handed over is lost, and idle release.

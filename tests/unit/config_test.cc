@@ -1,4 +1,4 @@
-// Tests of the LAZYPIN_* parsing (shim/config.h), through an injected getenv.
+// Tests of the LAZYPIN_* parsing (shim/base/config.h), through an injected getenv.
 #include "config.h"
 
 #include <stdio.h>

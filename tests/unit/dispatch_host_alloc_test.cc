@@ -1,4 +1,4 @@
-// Dispatch's host-allocation path (shim/dispatch_host_alloc.cc) with no hooks
+// Dispatch's host-allocation path (shim/core/dispatch_host_alloc.cc) with no hooks
 // and no CUDA: a fake environment, a fake driver of host blocks, and a fake
 // cudart whose cudaHostAlloc / cudaFreeHost call the driver level as the real
 // one does. One record per program call, the decision taken at the driver

@@ -1,4 +1,4 @@
-// The host-allocation cache (shim/host_alloc_cache.h) on a fake driver that
+// The host-allocation cache (shim/core/host_alloc_cache.h) on a fake driver that
 // models cuMemHostAlloc / cuMemFreeHost: which blocks the driver has, what a
 // program's calls return, what the cache frees on its own and why.
 #include "host_alloc_cache.h"

@@ -1,6 +1,6 @@
-// Tests of the log file's creation policy (shim/log.h: CreateLogFile, Log::Open) and of the records (shim/records.h),
+// Tests of the log file's creation policy (shim/telemetry/log.h: CreateLogFile, Log::Open) and of the records (shim/telemetry/records.h),
 // its default name and %-expansion (config.h: ExpandLogPath), and JSON string
-// escaping (shim/json.h) against a table and, for random bytes, against
+// escaping (shim/base/json.h) against a table and, for random bytes, against
 // Python's json and UTF-8 decoder.
 #include "log.h"
 

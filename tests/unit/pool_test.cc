@@ -1,12 +1,17 @@
-// Focused tests of each rule of the pool (shim/pool.h), against a fake driver
+// Focused tests of each rule of the pool (shim/core/pool.h), against a fake driver
 // that keeps the driver's semantics (driver_model.h) and logs every call in order.
 #include "pool.h"
 
+#include <atomic>
+#include <chrono>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_format.h"
 #include "driver_model.h"
+#include "fake_pool_driver.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -23,44 +28,8 @@ constexpr uintptr_t kC = 0x300000;
 const Context kCtx1 = reinterpret_cast<Context>(0x11);
 const Context kCtx2 = reinterpret_cast<Context>(0x22);
 
-std::string Hex(uintptr_t p) { return absl::StrFormat("0x%x", p); }
-
-class FakeDriver final : public PoolDriver {
- public:
-  int Unregister(uintptr_t ptr, Context ctx, ReleaseWait* wait) override {
-    log.push_back("evict " + Hex(ptr));
-    eviction_ctx.push_back(ctx);
-    after_wait.push_back(wait->after_wait);
-    return model.Unregister(ptr);
-  }
-  bool ReadFrames(uintptr_t ptr, size_t bytes, std::vector<uint64_t>* frames) override {
-    reads += 1;
-    if (!frames_known) return false;
-    *frames = {frame_base + ptr / kPage};
-    return true;
-  }
-  int64_t NowNs() override { return now; }
-
-  DriverModel model;
-  std::vector<std::string> log;
-  std::vector<Context> eviction_ctx;
-  std::vector<bool> after_wait;  // ReleaseWait::after_wait of each eviction
-  int64_t now = 0;
-  uint64_t frame_base = 0;
-  bool frames_known = true;
-  int reads = 0;
-};
-
-class FakeObserver final : public PoolObserver {
- public:
-  void OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result, int64_t,
-               const ReleaseWait&) override {
-    evicts.push_back(absl::StrFormat("%s %s %d", EvictReasonName(reason), Hex(ptr), result));
-  }
-  void OnWarning(const std::string& message) override { warnings.push_back(message); }
-  std::vector<std::string> evicts;
-  std::vector<std::string> warnings;
-};
+using FakeDriver = FakePoolDriver;
+using FakeObserver = FakePoolObserver;
 
 class PoolTest : public ::testing::Test {
  protected:
@@ -657,4 +626,60 @@ TEST(PoolNamesTest, EveryReasonAndActionHasItsLogName) {
 }
 
 }  // namespace
+// A copy waits for another thread's eviction of the memory it copies: the
+// collector's Drain took the watch's event and unregisters (slowly); the
+// copy's own Drain then finds nothing, but the driver still holds that
+// registration until the unregister returns.
+class SlowUnregisterDriver final : public PoolDriver {
+ public:
+  int Unregister(uintptr_t ptr, Context, ReleaseWait*) override {
+    entered.store(true);
+    while (!release.load()) std::this_thread::yield();
+    done.store(true);
+    return model.Unregister(ptr);
+  }
+  bool ReadFrames(uintptr_t, size_t, std::vector<uint64_t>*) override { return false; }
+  int64_t NowNs() override { return 0; }
+  void DrainChanges(absl::FunctionRef<void(uintptr_t, uintptr_t)> changed) override {
+    std::vector<std::pair<uintptr_t, uintptr_t>> taken;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      taken.swap(changes);
+    }
+    for (auto [lo, hi] : taken) changed(lo, hi);
+  }
+  DriverModel model;
+  std::mutex mu;
+  std::vector<std::pair<uintptr_t, uintptr_t>> changes;
+  std::atomic<bool> entered{false}, release{false}, done{false};
+};
+
+TEST(PoolCopyTest, ACopyWaitsForAnEvictionOfItsMemoryInProgress) {
+  SlowUnregisterDriver driver;
+  FakeObserver observer;
+  Pool pool(&driver, &observer, PoolLimits{});
+  const RegisterRequest req{kA, 4 * kPage, 0, kCtx1, 0};
+  ASSERT_EQ(pool.Register(req, [&] { return driver.model.Register(kA, 4 * kPage, 0, kCtx1); }).result, 0);
+  ASSERT_EQ(pool.Unregister(kA, [&] { return driver.model.Unregister(kA); }).action, Action::kDeferred);
+  {
+    std::lock_guard<std::mutex> lock(driver.mu);
+    driver.changes.push_back({kA + kPage, kA + 2 * kPage});  // a raw munmap, say
+  }
+  std::thread collector([&] { pool.ApplyPageChanges(); });
+  while (!driver.entered.load()) std::this_thread::yield();
+  std::atomic<bool> copied{false};
+  std::thread copy([&] {
+    pool.BeforeCopy(kA, kA + 4 * kPage);
+    EXPECT_TRUE(driver.done.load()) << "the copy went ahead while the driver held the registration";
+    copied.store(true);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(copied.load());
+  driver.release.store(true);
+  copy.join();
+  collector.join();
+  EXPECT_TRUE(copied.load());
+  EXPECT_EQ(observer.evicts, std::vector<std::string>{"watch 0x100000 0"});
+}
+
 }  // namespace lazypin

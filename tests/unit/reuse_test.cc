@@ -1,5 +1,5 @@
 // Freed blocks that come back (LAZYPIN_REUSE_FREED): glibc's fresh block
-// sizes (shim/glibc_blocks), the park index (shim/park_index.h) and the
+// sizes (shim/core/glibc_blocks), the park index (shim/core/park_index.h) and the
 // pool's rules for parking (Pool::Park / Unpark), against a driver model.
 #include <malloc.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-// Tests of the histogram, the size classes and the summary (shim/stats.h).
+// Tests of the histogram, the size classes and the summary (shim/telemetry/stats.h).
 #include "stats.h"
 
 #include "pool.h"

@@ -1,0 +1,204 @@
+// collector: the background thread (see collector.h).
+#include "collector.h"
+
+#include <linux/futex.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "capture.h"
+#include "host_alloc_cache.h"
+#include "pool.h"
+#include "sys.h"
+#include "thread_state.h"
+
+namespace lazypin {
+namespace {
+
+int64_t MonotonicMs() { return MonotonicNs() / 1000000; }
+
+}  // namespace
+
+Collector::Slot* Collector::ZeroedSlots() {
+  void* p = mmap(nullptr, sizeof(Slot) * kSlots, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return new Slot[kSlots];  // never unmapped nor deleted: the collector stays
+  return static_cast<Slot*>(p);
+}
+
+Collector::Collector(Pool* pool, int64_t idle_ms, FreeFn real_free, FreeBounds bounds,
+                     const CaptureTracker* captures, HostAllocCache* host_cache)
+    : pool_(pool),
+      host_cache_(host_cache),
+      idle_ms_(idle_ms),
+      real_free_(real_free),
+      bounds_(bounds),
+      slots_(ZeroedSlots()),
+      captures_(captures) {
+  thread_ = StartThreadWithSignalsBlocked([this] { Run(); });
+}
+
+bool Collector::TakeFree(void* block, size_t bytes, bool may_wait) {
+  const uint64_t ticket = HandOver(block, bytes);
+  if (ticket == 0) return false;
+  if (may_wait && PendingBytes() > bounds_.max_pending_bytes) {
+    WaitFreed(ticket, bounds_.pending_wait_ms);
+  }
+  return true;
+}
+
+uint64_t Collector::HandOver(void* block, size_t bytes) {
+  if (stopping_.load(std::memory_order_acquire)) return 0;
+  const uintptr_t address = reinterpret_cast<uintptr_t>(block);
+  if (address <= kClaimed) return 0;
+  const size_t start = next_slot_.fetch_add(1, std::memory_order_relaxed);
+  for (size_t i = 0; i < kSlots; ++i) {
+    Slot& slot = slots_[(start + i) % kSlots];
+    uintptr_t expected = 0;
+    if (slot.block.load(std::memory_order_relaxed) != 0 ||
+        !slot.block.compare_exchange_strong(expected, kClaimed, std::memory_order_acquire,
+                                            std::memory_order_relaxed)) {
+      continue;
+    }
+    slot.bytes.store(bytes, std::memory_order_relaxed);
+    pending_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+    slot.block.store(address, std::memory_order_release);
+    const uint64_t ticket = handed_.fetch_add(1, std::memory_order_acq_rel) + 1;
+    Wake();
+    return ticket;
+  }
+  return 0;  // every slot taken: the caller handles this free
+}
+
+bool Collector::WaitFreed(uint64_t ticket, int64_t timeout_ms) {
+  const int64_t deadline = MonotonicMs() + timeout_ms;
+  for (;;) {
+    const uint32_t seen = finished_.load(std::memory_order_acquire);
+    // Tickets compared modulo 2^32: the futex word holds the low bits.
+    if (static_cast<int32_t>(seen - static_cast<uint32_t>(ticket)) >= 0) return true;
+    const int64_t left = deadline - MonotonicMs();
+    if (left <= 0) return false;
+    FutexWait(&finished_, seen, left * 1000000);
+  }
+}
+
+bool Collector::ReleaseParked(int64_t timeout_ms) {
+  if (stopping_.load(std::memory_order_acquire)) return false;
+  const uint32_t ticket = release_asked_.fetch_add(1, std::memory_order_acq_rel) + 1;
+  Wake();
+  const int64_t deadline = MonotonicMs() + timeout_ms;
+  for (;;) {
+    const uint32_t done = release_done_.load(std::memory_order_acquire);
+    if (static_cast<int32_t>(done - ticket) >= 0) return true;
+    const int64_t left = deadline - MonotonicMs();
+    if (left <= 0 || stopping_.load(std::memory_order_acquire)) return false;
+    FutexWait(&release_done_, done, left * 1000000);
+  }
+}
+
+void Collector::Wake() {
+  wake_seq_.fetch_add(1, std::memory_order_release);
+  FutexWake(&wake_seq_, 1);
+}
+
+void Collector::FinishFrees() {
+  const uint64_t upto = handed_.load(std::memory_order_acquire);
+  // A block published after the last scan has a later ticket (taken after it
+  // was published, then a Wake): nothing new to take until `handed_` moves.
+  if (upto == scanned_upto_) return;
+  scanned_upto_ = upto;
+  for (size_t i = 0; i < kSlots; ++i) {
+    Slot& slot = slots_[i];
+    const uintptr_t address = slot.block.load(std::memory_order_acquire);
+    if (address <= kClaimed) continue;  // free, or a HandOver still filling it (a later ticket)
+    const size_t bytes = slot.bytes.load(std::memory_order_relaxed);
+    slot.block.store(0, std::memory_order_release);  // the slot is free again: only this thread takes slots
+    pool_->MarkLeft(address, address + bytes);  // done already unless the free found the lock busy
+    pool_->Invalidate(address, address + bytes, EvictReason::kFree);
+    real_free_(reinterpret_cast<void*>(address));
+    pending_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+  }
+  if (static_cast<int32_t>(static_cast<uint32_t>(upto) -
+                           finished_.load(std::memory_order_relaxed)) > 0) {
+    finished_.store(static_cast<uint32_t>(upto), std::memory_order_release);
+    FutexWake(&finished_, INT32_MAX);
+  }
+}
+
+void Collector::Stop() {
+  if (stopping_.exchange(true, std::memory_order_acq_rel)) return;
+  Wake();
+  if (thread_.joinable()) thread_.join();
+  ScopedInsideLazypin inside;
+  FinishFrees();  // handed over before `stopping_` was seen
+}
+
+bool Collector::PostponedForCapture(int64_t now_ms) {
+  if (captures_ == nullptr || !captures_->Any()) {
+    postponed_since_ms_ = 0;
+    return false;
+  }
+  if (postponed_since_ms_ == 0) postponed_since_ms_ = now_ms;
+  // Past the bound, releases go ahead until no capture is seen again, so that
+  // captures back to back cannot hold them off for longer.
+  return now_ms - postponed_since_ms_ < bounds_.capture_postpone_ms;
+}
+
+void Collector::Run() {
+  ScopedInsideLazypin inside;  // its frees and the driver's are ours: pass them through
+  // The thread's allocator arena is made now, not first when an allocation
+  // has just failed for want of memory and this thread is to make room.
+  free(malloc(64));
+  const int64_t period_ms = std::clamp<int64_t>(idle_ms_ / 4, 10, 1000);
+  int64_t next_collect_ms = MonotonicMs() + period_ms;
+  // The pool's filter tables are faulted in here, not by the program's first
+  // deferrals; 10 ms after the start, not beside the program's first call
+  // (which set lazypin up and is still registering).
+  const int64_t prefault_ms = MonotonicMs() + 10;
+  bool prefaulted = false;
+  while (!stopping_.load(std::memory_order_acquire)) {
+    if (!prefaulted && MonotonicMs() >= prefault_ms) {
+      pool_->Prefault();
+      prefaulted = true;
+    }
+    const uint32_t seq = wake_seq_.load(std::memory_order_acquire);
+    const uint64_t seen_handed = handed_.load(std::memory_order_acquire);
+    if (PostponedForCapture(MonotonicMs())) {
+      // Look again soon: the capture's end is not signalled.
+      FutexWait(&wake_seq_, seq, 2 * 1000000);
+      continue;
+    }
+    FinishFrees();
+    if (const uint32_t asked = release_asked_.load(std::memory_order_acquire);
+        asked != release_done_.load(std::memory_order_relaxed)) {
+      pool_->ReleaseParked(EvictReason::kMakeRoom);
+      release_done_.store(asked, std::memory_order_release);
+      FutexWake(&release_done_, INT32_MAX);
+    }
+    pool_->ApplyPageChanges();  // stale registrations go even while the program makes no call
+    int64_t wait_ms = 1000;
+    if (idle_ms_ > 0) {
+      const int64_t now_ms = MonotonicMs();
+      if (now_ms >= next_collect_ms) {
+        pool_->CollectIdle(idle_ms_ * 1000000);
+        if (host_cache_ != nullptr) host_cache_->CollectIdle(idle_ms_ * 1000000);
+        next_collect_ms = now_ms + period_ms;
+      }
+      wait_ms = std::max<int64_t>(next_collect_ms - now_ms, 1);
+    }
+    if (!prefaulted) wait_ms = std::min<int64_t>(wait_ms, 10);
+    if (handed_.load(std::memory_order_acquire) != seen_handed) continue;  // more came meanwhile
+    if (release_asked_.load(std::memory_order_acquire) !=
+        release_done_.load(std::memory_order_relaxed)) {
+      continue;  // asked meanwhile
+    }
+    FutexWait(&wake_seq_, seq, wait_ms * 1000000);
+  }
+}
+
+}  // namespace lazypin

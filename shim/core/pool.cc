@@ -1,0 +1,742 @@
+// pool: the policy (see pool.h for the invariants).
+#include "pool.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <iterator>
+
+#include "absl/types/span.h"
+#include "fmt/format.h"
+#include "pages.h"
+
+namespace lazypin {
+Pool::Pool(PoolDriver* driver, PoolObserver* observer, PoolLimits limits)
+    : driver_(driver), observer_(observer), limits_(limits) {}
+
+Pool::Map::iterator Pool::FirstOverlap(uintptr_t lo) {
+  auto it = entries_.upper_bound(lo);
+  if (it != entries_.begin()) {
+    auto prev = std::prev(it);
+    if (RangeEnd(prev->second.base, prev->second.bytes) > lo) return prev;
+  }
+  return it;
+}
+
+bool Pool::RangeQuiet(uintptr_t lo, uintptr_t hi) const {
+  for (const Range& r : inflight_) {
+    if (r.lo < hi && r.hi > lo) return false;
+  }
+  auto& self = const_cast<Pool&>(*this);
+  for (auto it = self.FirstOverlap(lo); it != self.entries_.end() && it->first < hi; ++it) {
+    if (it->second.state == State::kEvicting) return false;
+  }
+  return true;
+}
+
+void Pool::EndInflight(Range range) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = inflight_.begin(); it != inflight_.end(); ++it) {
+      if (it->lo == range.lo && it->hi == range.hi) {
+        inflight_.erase(it);
+        break;
+      }
+    }
+  }
+  evicted_.notify_all();
+}
+
+void Pool::AwaitQuiet(std::unique_lock<std::mutex>& lock, uintptr_t lo, uintptr_t hi) {
+  evicted_.wait(lock, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return RangeQuiet(lo, hi); });
+}
+
+void Pool::TrackInUse(const Entry& e) {
+  if (e.state != State::kInUse || e.left) return;
+  in_use_filter_.Add(e.base, RangeEnd(e.base, e.bytes));
+  in_use_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Pool::UntrackInUse(const Entry& e) {
+  if (e.state != State::kInUse || e.left) return;
+  in_use_filter_.Remove(e.base, RangeEnd(e.base, e.bytes));
+  in_use_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void Pool::MarkDeferred(Entry& e) {
+  UntrackInUse(e);
+  e.state = State::kDeferred;
+  e.lru_key = next_lru_key_++;
+  e.deferred_at = driver_->NowNs();
+  lru_.emplace(e.lru_key, e.base);
+  filter_.Add(e.base, RangeEnd(e.base, e.bytes));
+  holding_.fetch_add(1, std::memory_order_relaxed);
+  counters_.pooled_bytes += e.bytes;
+  counters_.pooled_entries += 1;
+  counters_.peak_bytes = std::max(counters_.peak_bytes, counters_.pooled_bytes);
+  counters_.peak_entries = std::max(counters_.peak_entries, counters_.pooled_entries);
+}
+
+// Leaves kDeferred for kInUse (a hit) or kEvicting; the filter and holding_
+// count follow the entry until it is erased when it becomes kEvicting.
+void Pool::UnmarkDeferred(Entry& e) {
+  lru_.erase(e.lru_key);
+  counters_.pooled_bytes -= e.bytes;
+  counters_.pooled_entries -= 1;
+  if (e.auto_pinned) {
+    counters_.autopinned_bytes -= e.bytes;
+    e.auto_pinned = false;
+  }
+}
+
+Pool::Map::iterator Pool::Erase(Map::iterator it) {
+  if (it->second.state == State::kDeferred || it->second.state == State::kEvicting) {
+    filter_.Remove(it->second.base, RangeEnd(it->second.base, it->second.bytes));
+    holding_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  UntrackInUse(it->second);
+  return entries_.erase(it);  // a btree erase invalidates every other iterator
+}
+
+Pool::Queried* Pool::FindQueried(uintptr_t base, size_t bytes) {
+  for (Queried& q : queried_) {
+    if (q.count > 0 && q.base == base && q.bytes == bytes) return &q;
+  }
+  return nullptr;
+}
+
+void Pool::NoteQueried(uintptr_t base, size_t bytes, int count) {
+  Queried* q = FindQueried(base, bytes);
+  if (q == nullptr) {
+    q = &queried_[queried_next_];
+    queried_next_ = (queried_next_ + 1) % static_cast<int>(std::size(queried_));
+    *q = Queried{base, bytes, 0};
+  }
+  q->count += count;
+}
+
+void Pool::TakeVictim(Entry& e, EvictReason reason, std::vector<Victim>* victims) {
+  victims->push_back(TakeVictim(e, reason));
+}
+
+Pool::Victim Pool::TakeVictim(Entry& e, EvictReason reason) {
+  if (e.auto_pinned && reason == EvictReason::kQuery) NoteQueried(e.base, e.bytes, 1);
+  // A graph copies it: pinned again, the next launch would release it again.
+  if (e.auto_pinned && reason == EvictReason::kGraph) NoteQueried(e.base, e.bytes, kAutoPinQueryLimit);
+  const bool parked = UnparkLocked(e);
+  UnmarkDeferred(e);
+  e.state = State::kEvicting;
+  counters_.evictions[static_cast<int>(reason)] += 1;
+  return Victim{e.base, e.bytes, e.ctx, reason, e.watched, parked};
+}
+
+bool Pool::UnparkLocked(Entry& e) {
+  if (e.parked == 0) return false;
+  park_.Remove(e.base, e.parked);
+  ForgetParked(e);
+  return true;
+}
+
+void Pool::ForgetParked(Entry& e) {
+  park_filter_[ParkSlot(e.parked)].fetch_sub(1, std::memory_order_relaxed);
+  counters_.parked_bytes -= e.parked;
+  e.parked = 0;
+  counters_.parked_now -= 1;
+  if (reuse_.gauge != nullptr) reuse_.gauge->fetch_sub(1, std::memory_order_relaxed);
+}
+
+void Pool::FreeBlocks(const std::vector<uintptr_t>& blocks) {
+  for (uintptr_t block : blocks) reuse_.free_block(reinterpret_cast<void*>(block));
+}
+
+void Pool::EnableReuse(ReuseHooks hooks) { reuse_ = hooks; }
+
+bool Pool::Park(uintptr_t block, size_t usable) {
+  if (!ReuseEnabled() || abandoned_.load(std::memory_order_relaxed) || Empty() || usable == 0) {
+    return false;
+  }
+  const uintptr_t hi = RangeEnd(block, usable);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!RangeQuiet(PageFloor(block), PageCeil(hi))) return false;  // never wait here (a handler)
+  auto it = FirstOverlap(block);
+  if (it == entries_.end() || it->first != block) return false;
+  Entry& e = it->second;
+  if (e.state != State::kDeferred || e.parked != 0 || e.bytes > usable) return false;
+  if (counters_.parked_bytes + usable > reuse_.max_bytes) return false;
+  if (auto next = std::next(it); next != entries_.end() && next->first < hi) return false;
+  if (!park_.Add(block, usable)) return false;  // full: handled as before
+  e.parked = usable;
+  park_filter_[ParkSlot(usable)].fetch_add(1, std::memory_order_relaxed);
+  counters_.parked += 1;
+  counters_.parked_now += 1;
+  counters_.parked_bytes += usable;
+  if (reuse_.gauge != nullptr) reuse_.gauge->fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+uintptr_t Pool::Unpark(const FreshSizes& sizes, size_t align) {
+  if (abandoned_.load(std::memory_order_relaxed) || !MaybeParked(sizes)) return 0;
+  // An allocation never blocks on lazypin's lock: it tries a few times,
+  // yielding to the holder (who never calls the driver with it held), then
+  // allocates fresh memory (one hit less). So no lock the caller holds
+  // (stdio's, the program's own) is ever ordered against the pool's.
+  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+  for (int tries = 0; !lock.owns_lock() && tries < kUnparkTries; ++tries) {
+    sched_yield();
+    lock.try_lock();
+  }
+  if (!lock.owns_lock()) return 0;
+  const uintptr_t block = park_.Take(sizes.usable, sizes.count, align);
+  if (block == 0) return 0;
+  ForgetParked(entries_.find(block)->second);  // a parked block's entry is deferred, based at it
+  counters_.served += 1;
+  return block;
+}
+
+void Pool::TakeOverBounds(std::vector<Victim>* victims) {
+  while (!lru_.empty() && (counters_.pooled_bytes > limits_.max_bytes ||
+                           counters_.pooled_entries > limits_.max_entries)) {
+    auto it = entries_.find(lru_.begin()->second);
+    TakeVictim(it->second, EvictReason::kLru, victims);
+  }
+}
+
+int Pool::Evict(std::vector<Victim>& victims) { return Evict(victims.data(), victims.size()); }
+
+int Pool::Evict(const Victim* victims, size_t count) {
+  if (count == 0) return 0;
+  uint64_t forced = 0;
+  Context waited = nullptr;  // the context the previous release waited for
+  for (const Victim& v : absl::MakeConstSpan(victims, count)) {
+    const int64_t t0 = driver_->NowNs();
+    ReleaseWait wait;
+    wait.after_wait = waited != nullptr && waited == v.ctx;
+    const int result = driver_->Unregister(v.base, v.ctx, &wait);
+    waited = wait.forced ? nullptr : v.ctx;
+    forced += wait.forced ? 1 : 0;
+    if (observer_ != nullptr) {
+      observer_->OnEvict(v.base, v.bytes, v.reason, result, driver_->NowNs() - t0, wait);
+    }
+    if (v.watched) driver_->Release(v.base, RangeEnd(v.base, v.bytes));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    counters_.forced_releases += forced;
+    for (const Victim& v : absl::MakeConstSpan(victims, count)) {
+      auto it = entries_.find(v.base);
+      if (it != entries_.end() && it->second.state == State::kEvicting) Erase(it);
+    }
+  }
+  evicted_.notify_all();
+  // Unregistered, unwatched and forgotten: the parked blocks go back to the
+  // allocator only now (its free may unmap them).
+  for (const Victim& v : absl::MakeConstSpan(victims, count)) {
+    if (v.parked) reuse_.free_block(reinterpret_cast<void*>(v.base));
+  }
+  return static_cast<int>(count);
+}
+
+bool Pool::FramesUnchanged(const Entry& e) {
+  std::vector<uint64_t> now;
+  if (!driver_->ReadFrames(e.base, e.bytes, &now)) return true;  // unknowable: trust the hooks
+  return now == e.frames;
+}
+
+const Pool::Entry* Pool::HitLocked(const RegisterRequest& req) {
+  auto it = entries_.find(req.ptr);
+  if (it == entries_.end()) return nullptr;
+  Entry& e = it->second;
+  // A parked block is memory the program freed: registering it is the driver's affair.
+  if (e.state != State::kDeferred || e.parked != 0 || e.bytes != req.bytes ||
+      e.flags != req.flags || e.ctx != req.ctx) {
+    return nullptr;
+  }
+  if (limits_.check_frames && !FramesUnchanged(e)) return nullptr;  // Register() says why
+  if (e.auto_pinned) counters_.autopin_hits += 1;
+  UnmarkDeferred(e);
+  filter_.Remove(e.base, RangeEnd(e.base, e.bytes));
+  holding_.fetch_sub(1, std::memory_order_relaxed);
+  e.state = State::kInUse;
+  e.left = false;
+  TrackInUse(e);
+  counters_.hits += 1;
+  return &e;
+}
+
+void Pool::ApplyPageChanges() {
+  if (abandoned_.load(std::memory_order_relaxed)) return;
+  std::vector<Victim> victims;
+  driver_->DrainChanges([&](uintptr_t lo, uintptr_t hi) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = FirstOverlap(lo); it != entries_.end() && it->first < hi; ++it) {
+      Entry& e = it->second;
+      if (e.state == State::kDeferred) TakeVictim(e, EvictReason::kWatch, &victims);
+      if (e.state == State::kInUse && !e.left) {
+        UntrackInUse(e);
+        e.left = true;
+      }
+    }
+  });
+  Evict(victims);
+}
+
+void Pool::BeforeCopy(uintptr_t lo, uintptr_t hi) {
+  if (abandoned_.load(std::memory_order_relaxed)) return;
+  ApplyPageChanges();
+  const uintptr_t page_lo = PageFloor(lo), page_hi = PageCeil(hi);
+  std::unique_lock<std::mutex> lock(mu_);
+  evicted_.wait(lock, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    for (auto it = FirstOverlap(page_lo); it != entries_.end() && it->first < page_hi; ++it) {
+      if (it->second.state == State::kEvicting) return false;
+    }
+    return true;
+  });
+}
+
+AutoPinOutcome Pool::AutoPin(const RegisterRequest& req, uint64_t max_auto_bytes,
+                             absl::FunctionRef<bool()> eligible,
+                             absl::FunctionRef<int()> register_fn) {
+  AutoPinOutcome out;
+  if (abandoned_.load(std::memory_order_relaxed) || req.ptr == 0 || req.bytes == 0) return out;
+  const uintptr_t lo = req.ptr, hi = RangeEnd(req.ptr, req.bytes);
+  const uintptr_t page_lo = PageFloor(lo), page_hi = PageCeil(hi);
+  ApplyPageChanges();
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    AwaitQuiet(lock, page_lo, page_hi);
+    bool shared_page = false;
+    for (auto it = FirstOverlap(page_lo); it != entries_.end() && it->first < page_hi; ++it) {
+      Entry& e = it->second;
+      if (e.state == State::kDeferred && e.ctx == req.ctx && e.base <= lo &&
+          RangeEnd(e.base, e.bytes) >= hi) {
+        // Still pinned: this copy runs at the pinned rate. In use, so not idle.
+        lru_.erase(e.lru_key);
+        e.lru_key = next_lru_key_++;
+        e.deferred_at = driver_->NowNs();
+        lru_.emplace(e.lru_key, e.base);
+        counters_.autopin_copies += 1;
+        counters_.autopin_copy_bytes += req.bytes;
+        out.result = AutoPinResult::kCovered;
+        return out;
+      }
+      shared_page = true;
+    }
+    if (shared_page) return out;  // the program's, or partly pooled: leave it alone
+    if (const Queried* q = FindQueried(req.ptr, req.bytes);
+        q != nullptr && q->count >= kAutoPinQueryLimit) {
+      counters_.autopin_queried += 1;
+      return out;
+    }
+    if (req.bytes > limits_.max_bytes || counters_.pooled_bytes + req.bytes > limits_.max_bytes ||
+        counters_.pooled_entries + 1 > limits_.max_entries ||
+        counters_.autopinned_bytes + req.bytes > max_auto_bytes) {
+      counters_.autopin_full += 1;  // never evicts to make room: the copy stays pageable
+      return out;
+    }
+    // Until the driver answers, calls on this range wait (as in Register).
+    inflight_.push_back(Range{page_lo, page_hi});
+  }
+  const Range page{page_lo, page_hi};
+  if (!eligible() || driver_->Admit(lo, hi) != PassReason::kNone) {
+    EndInflight(page);
+    return out;
+  }
+  out.attempted = true;
+  const int64_t t0 = driver_->NowNs();
+  // Large ranges are faulted in by several threads first, as for a program's
+  // first register (LAZYPIN_PREFAULT); part of the register's cost.
+  driver_->Prefault(lo, hi, 0);
+  out.driver_result = register_fn();
+  out.register_ns = driver_->NowNs() - t0;
+  if (out.driver_result != kCudaSuccess) {
+    driver_->Release(lo, hi);
+    {
+      // Refused (read-only memory, registered behind the pool's back, out of
+      // pinnable memory): not asked again for each copy of it.
+      std::lock_guard<std::mutex> lock(mu_);
+      NoteQueried(req.ptr, req.bytes, kAutoPinQueryLimit);
+    }
+    EndInflight(page);
+    return out;
+  }
+  std::vector<uint64_t> frames;
+  if (limits_.check_frames) driver_->ReadFrames(req.ptr, req.bytes, &frames);
+  std::vector<Victim> victims;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Built as a left in-use entry, so that MarkDeferred finds nothing to untrack.
+    Entry entry{req.ptr, req.bytes, 0, req.ctx, req.device, State::kInUse,
+                PassReason::kNone, /*watched=*/true, 0, 0, std::move(frames)};
+    entry.left = true;
+    Entry& e = entries_.emplace(req.ptr, std::move(entry)).first->second;
+    MarkDeferred(e);
+    e.left = false;
+    e.auto_pinned = true;
+    counters_.autopinned_bytes += e.bytes;
+    counters_.autopins += 1;
+    counters_.autopin_bytes += e.bytes;
+    counters_.autopin_register_ns += out.register_ns;
+    // Checked before the register; another thread may have filled the pool
+    // since: the bounds hold anyway (least recently used first, as a deferral does).
+    TakeOverBounds(&victims);
+  }
+  out.result = AutoPinResult::kPinned;
+  EndInflight(page);
+  Evict(victims);
+  return out;
+}
+
+void Pool::ReleaseWatched(const std::vector<Range>& ranges) {
+  for (const Range& r : ranges) driver_->Release(r.lo, r.hi);
+}
+
+std::optional<Outcome> Pool::TryHit(const RegisterRequest& req) {
+  if (abandoned_.load(std::memory_order_relaxed) || Empty() || req.ptr == 0) return std::nullopt;
+  ApplyPageChanges();
+  std::unique_lock<std::mutex> lock(mu_);
+  AwaitQuiet(lock, PageFloor(req.ptr), PageCeil(RangeEnd(req.ptr, req.bytes)));
+  if (HitLocked(req) == nullptr) return std::nullopt;
+  return Outcome{kCudaSuccess, Action::kHit, 0};
+}
+
+Outcome Pool::Register(const RegisterRequest& req, absl::FunctionRef<int()> forward) {
+  if (abandoned_.load(std::memory_order_relaxed) || req.ptr == 0 || req.bytes == 0) {
+    return Outcome{forward(), Action::kForward, 0};
+  }
+  const uintptr_t lo = req.ptr, hi = RangeEnd(req.ptr, req.bytes);
+  // The driver refuses overlaps at page granularity or finer: treat any entry
+  // sharing a page with the request as overlapping.
+  const uintptr_t page_lo = PageFloor(lo), page_hi = PageCeil(hi);
+  ApplyPageChanges();
+  std::vector<Victim> victims;
+  bool forward_only = false;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    AwaitQuiet(lock, page_lo, page_hi);
+    if (HitLocked(req) != nullptr) return Outcome{kCudaSuccess, Action::kHit, 0};
+    for (auto it = FirstOverlap(page_lo); it != entries_.end() && it->first < page_hi; ++it) {
+      const Entry& e = it->second;
+      if (e.state == State::kInUse && e.base < hi && RangeEnd(e.base, e.bytes) > lo) {
+        // The program's own view overlaps: the driver answers (712), as without lazypin.
+        forward_only = true;
+      }
+    }
+    for (auto it = FirstOverlap(page_lo); !forward_only && it != entries_.end() && it->first < page_hi;
+         ++it) {
+      Entry& e = it->second;
+      if (e.state != State::kDeferred) continue;
+      const bool exact = e.base == req.ptr && e.bytes == req.bytes && e.flags == req.flags &&
+                         e.ctx == req.ctx;
+      if (exact && observer_ != nullptr) {  // an exact match that HitLocked refused
+        observer_->OnWarning(fmt::format(
+            "LAZYPIN_CHECK_PFN: the physical pages behind {:#x} ({} bytes) changed since they "
+            "were registered; a hook missed memory leaving the process. Treated as a miss.",
+            e.base, e.bytes));
+      }
+      TakeVictim(e, exact ? EvictReason::kPfn : EvictReason::kOverlap, &victims);
+    }
+    counters_.misses += 1;
+    // Until the driver answers, calls on this range wait, as the driver would
+    // order them, so that none acts on a state the driver no longer has.
+    inflight_.push_back(Range{page_lo, page_hi});
+  }
+  // forward_only: the driver normally refuses (712); if it accepts, the
+  // overlapping in-use entries were stale and the new one is recorded below.
+  Outcome out{kCudaSuccess, Action::kMiss, Evict(victims)};
+  // Watched from before the driver registers it, so that no change of its
+  // pages goes unseen; released again if the driver refuses it.
+  const PassReason pass = driver_->Admit(lo, hi);
+  const bool watched = pass == PassReason::kNone;
+  // Not where the driver refuses without pinning (no context): it touches nothing then.
+  if (!forward_only && req.ctx != nullptr) driver_->Prefault(lo, hi, req.flags);
+  // What releasing it later needs is made now, on the program's thread in a
+  // CUDA call: a release may run in a memory hook inside another allocator's
+  // own call (jemalloc purges with madvise), where nothing may be allocated.
+  if (req.ctx != nullptr) driver_->PrepareRelease(req.ctx);
+  out.result = forward();
+  if (!forward_only && out.result == kCudaOutOfMemory && !Empty()) {
+    // Make room: release everything pooled, then try once more.
+    out.evicted += ReleaseAll(EvictReason::kMakeRoom);
+    out.result = forward();
+  }
+  std::vector<uint64_t> frames;
+  if (out.result == kCudaSuccess && limits_.check_frames) {
+    driver_->ReadFrames(req.ptr, req.bytes, &frames);
+  }
+  std::vector<Range> stale_watched;
+  std::vector<uintptr_t> stale_parked;
+  if (out.result == kCudaSuccess) {
+    std::lock_guard<std::mutex> lock(mu_);
+    // The driver just accepted this range, so any entry still overlapping it
+    // is stale (its context was torn down behind our back): forget it.
+    for (auto it = FirstOverlap(lo); it != entries_.end() && it->first < hi;) {
+      if (it->second.state == State::kEvicting) { ++it; continue; }
+      if (it->second.state == State::kDeferred) {
+        if (UnparkLocked(it->second)) stale_parked.push_back(it->second.base);
+        UnmarkDeferred(it->second);
+      }
+      if (it->second.watched) {
+        stale_watched.push_back(Range{it->second.base, RangeEnd(it->second.base, it->second.bytes)});
+      }
+      it = Erase(it);
+    }
+    Entry entry{req.ptr, req.bytes, req.flags, req.ctx, req.device, State::kInUse,
+                pass, watched, 0, 0, {}};
+    entry.frames = std::move(frames);
+    TrackInUse(entry);
+    entries_.emplace(req.ptr, std::move(entry));
+  } else if (watched) {
+    stale_watched.push_back(Range{lo, hi});
+  }
+  EndInflight(Range{page_lo, page_hi});
+  ReleaseWatched(stale_watched);
+  FreeBlocks(stale_parked);
+  return out;
+}
+
+bool Pool::DeferLocked(uintptr_t ptr, std::vector<Victim>* victims) {
+  auto it = entries_.find(ptr);
+  if (it == entries_.end() || it->second.state != State::kInUse) return false;
+  Entry& e = it->second;
+  if (e.left || e.pass != PassReason::kNone) return false;  // the driver answers, as without lazypin
+  if (e.bytes > limits_.max_bytes || limits_.max_entries == 0) return false;
+  MarkDeferred(e);
+  counters_.deferred += 1;
+  TakeOverBounds(victims);
+  return true;
+}
+
+std::optional<Outcome> Pool::TryDefer(uintptr_t ptr) {
+  if (abandoned_.load(std::memory_order_relaxed) || ptr == 0) return std::nullopt;
+  ApplyPageChanges();
+  std::vector<Victim> victims;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    AwaitQuiet(lock, ptr, ptr + 1);
+    if (!DeferLocked(ptr, &victims)) return std::nullopt;
+  }
+  return Outcome{kCudaSuccess, Action::kDeferred, Evict(victims)};
+}
+
+Outcome Pool::Unregister(uintptr_t ptr, absl::FunctionRef<int()> forward, bool may_defer) {
+  if (abandoned_.load(std::memory_order_relaxed) || ptr == 0) {
+    return Outcome{forward(), Action::kForward, 0};
+  }
+  ApplyPageChanges();
+  std::vector<Victim> victims;
+  Entry taken{};
+  bool took = false;
+  const Range page{PageFloor(ptr), PageFloor(ptr) + PageSize()};
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    AwaitQuiet(lock, ptr, ptr + 1);
+    if (may_defer && DeferLocked(ptr, &victims)) {
+      lock.unlock();
+      return Outcome{kCudaSuccess, Action::kDeferred, Evict(victims)};
+    }
+    auto it = FirstOverlap(ptr);
+    const bool contains = it != entries_.end() && it->first <= ptr;
+    if (contains && it->first == ptr && it->second.state == State::kInUse) {
+      // Not deferrable (too large, its memory left, or the caller said so):
+      // the driver does the work now.
+      taken = std::move(it->second);
+      took = true;
+      UntrackInUse(taken);
+      entries_.erase(it);
+    } else if (contains && it->second.state == State::kDeferred) {
+      // The program unregisters memory it has already unregistered: make the
+      // driver's view match the program's, then let the driver answer.
+      TakeVictim(it->second, EvictReason::kOverlap, &victims);
+    }
+    inflight_.push_back(page);
+  }
+  Outcome out{kCudaSuccess, Action::kForward, Evict(victims)};
+  if (took && (taken.pass != PassReason::kNone || taken.left)) {
+    out.action = Action::kPassthrough;
+    out.reason = taken.pass != PassReason::kNone ? taken.pass : PassReason::kLeft;
+  }
+  out.result = forward();
+  const bool release = took && taken.watched && out.result == kCudaSuccess;
+  const Range taken_range{taken.base, RangeEnd(taken.base, taken.bytes)};
+  if (took && out.result != kCudaSuccess) {
+    // The driver kept it: so do we.
+    std::lock_guard<std::mutex> lock(mu_);
+    TrackInUse(taken);
+    entries_.emplace(taken.base, std::move(taken));
+  } else if (took && out.action == Action::kPassthrough) {
+    std::lock_guard<std::mutex> lock(mu_);
+    counters_.passed += 1;
+  }
+  EndInflight(page);
+  if (release) driver_->Release(taken_range.lo, taken_range.hi);
+  return out;
+}
+
+bool Pool::HoldsDeferred(uintptr_t lo, uintptr_t hi) const {
+  if (abandoned_.load(std::memory_order_relaxed) || hi <= lo || Empty()) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  return const_cast<Pool&>(*this).HoldsDeferredLocked(lo, hi);
+}
+
+bool Pool::HoldsDeferredLocked(uintptr_t lo, uintptr_t hi) {
+  for (auto it = FirstOverlap(lo); it != entries_.end() && it->first < hi; ++it) {
+    if (it->second.state != State::kInUse) return true;
+  }
+  return false;
+}
+
+int Pool::MarkLeft(uintptr_t lo, uintptr_t hi) {
+  if (abandoned_.load(std::memory_order_relaxed) || hi <= lo ||
+      in_use_.load(std::memory_order_relaxed) == 0) {
+    return 0;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  return MarkLeftLocked(lo, hi);
+}
+
+bool Pool::Leave(uintptr_t lo, uintptr_t hi, bool wait, bool* pooled) {
+  *pooled = false;
+  if (abandoned_.load(std::memory_order_relaxed) || hi <= lo) return true;
+  std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+  if (wait) {
+    lock.lock();
+  } else if (!lock.try_lock()) {
+    return false;
+  }
+  if (in_use_.load(std::memory_order_relaxed) != 0) MarkLeftLocked(lo, hi);
+  *pooled = !Empty() && HoldsDeferredLocked(lo, hi);
+  return true;
+}
+
+int Pool::MarkLeftLocked(uintptr_t lo, uintptr_t hi) {
+  int marked = 0;
+  for (auto it = FirstOverlap(lo); it != entries_.end() && it->first < hi; ++it) {
+    Entry& e = it->second;
+    if (e.state != State::kInUse || e.left) continue;
+    UntrackInUse(e);
+    e.left = true;
+    ++marked;
+  }
+  return marked;
+}
+
+int Pool::Invalidate(uintptr_t lo, uintptr_t hi, EvictReason reason) {
+  if (abandoned_.load(std::memory_order_relaxed) || hi <= lo) return 0;
+  // Memory hooks call this, also from inside another allocator's own call
+  // (jemalloc's purge madvises what it frees): nothing here allocates, so
+  // the victims go in batches through a stack array.
+  constexpr size_t kBatch = 16;
+  int evicted = 0;
+  for (;;) {
+    Victim victims[kBatch];
+    size_t count = 0;
+    bool more = false;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      AwaitQuiet(lock, lo, hi);
+      for (auto it = FirstOverlap(lo); it != entries_.end() && it->first < hi; ++it) {
+        if (it->second.state != State::kDeferred) continue;
+        if (count == kBatch) {
+          more = true;
+          break;
+        }
+        victims[count++] = TakeVictim(it->second, reason);
+      }
+    }
+    evicted += Evict(victims, count);
+    if (!more) return evicted;
+  }
+}
+
+int Pool::DropWhere(absl::FunctionRef<bool(const Entry&)> matches, bool forget_in_use) {
+  if (abandoned_.load(std::memory_order_relaxed)) return 0;
+  std::vector<Victim> victims;
+  std::vector<Range> forgotten;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      Entry& e = it->second;
+      if (matches(e) && e.state == State::kInUse && forget_in_use) {
+        if (e.watched) forgotten.push_back(Range{e.base, RangeEnd(e.base, e.bytes)});
+        it = Erase(it);
+        continue;
+      }
+      if (matches(e) && e.state == State::kDeferred) {
+        TakeVictim(e, EvictReason::kContext, &victims);
+      }
+      ++it;
+    }
+  }
+  ReleaseWatched(forgotten);
+  return Evict(victims);
+}
+
+int Pool::DropContext(Context ctx) {
+  return DropWhere([ctx](const Entry& e) { return e.ctx == ctx; }, /*forget_in_use=*/true);
+}
+
+int Pool::DropDevice(int device, bool forget_in_use) {
+  return DropWhere([device](const Entry& e) { return e.device == device; }, forget_in_use);
+}
+
+int Pool::CollectIdle(int64_t idle_ns) {
+  if (abandoned_.load(std::memory_order_relaxed) || Empty()) return 0;
+  const int64_t cutoff = driver_->NowNs() - idle_ns;
+  std::vector<Victim> victims;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // LRU order is deferral order, so the idle ones are a prefix.
+    while (!lru_.empty()) {
+      Entry& e = entries_.find(lru_.begin()->second)->second;
+      if (e.deferred_at > cutoff) break;
+      TakeVictim(e, EvictReason::kIdle, &victims);
+    }
+  }
+  return Evict(victims);
+}
+
+int Pool::ReleaseParked(EvictReason reason) {
+  if (abandoned_.load(std::memory_order_relaxed)) return 0;
+  // One at a time, allocating nothing: an allocation just failed.
+  int released = 0;
+  for (;;) {
+    Victim victim[1];
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = entries_.begin();
+      while (it != entries_.end() && it->second.parked == 0) ++it;
+      if (it == entries_.end()) break;
+      victim[0] = TakeVictim(it->second, reason);
+    }
+    released += Evict(victim, 1);
+  }
+  return released;
+}
+
+int Pool::ReleaseAll(EvictReason reason) {
+  if (abandoned_.load(std::memory_order_relaxed)) return 0;
+  std::vector<Victim> victims;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    while (!lru_.empty()) {
+      TakeVictim(entries_.find(lru_.begin()->second)->second, reason, &victims);
+    }
+  }
+  return Evict(victims);
+}
+
+void Pool::AbandonAfterFork() {
+  abandoned_.store(true, std::memory_order_relaxed);
+  holding_.store(0, std::memory_order_relaxed);
+  in_use_.store(0, std::memory_order_relaxed);
+  // The child never hands out a parked block (the parent's fork-prepare
+  // release freed them; any left are the parent's, leaked here).
+  if (reuse_.gauge != nullptr) reuse_.gauge->store(0, std::memory_order_relaxed);
+}
+
+PoolCounters Pool::Counters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return counters_;
+}
+
+}  // namespace lazypin

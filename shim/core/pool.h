@@ -1,0 +1,407 @@
+// pool: the policy of lazypin, and nothing else. It keeps two views of host
+// registrations apart: the program's (what it registered and has not
+// unregistered: state kInUse) and the driver's (kInUse plus what lazypin keeps
+// alive after the program unregistered it: kDeferred). It decides hit, miss,
+// defer and evict; it reaches the driver only through PoolDriver, so tests
+// drive it with a fake and no CUDA at all.
+//
+// Invariants (see docs/design.md):
+//  - The driver's registrations are exactly the entries of this map (in-use,
+//    deferred, or evicting), so a program call that the pool forwards gets the
+//    driver's own answer, error codes included.
+//  - A hit needs an exact match (base, bytes, flags, context): whatever the
+//    program then asks the driver about that memory is answered truthfully.
+//  - Before memory touched by a deferred entry leaves the process, or is the
+//    subject of any call other than an exact hit, that entry is really
+//    unregistered (evicted) first. Callers wait for evictions in progress.
+//  - The driver is never called with the lock held.
+//  - An unregister is deferred only for memory that has stayed in the
+//    process, with its protection, since it was registered: an in-use entry
+//    whose memory left (MarkLeft) has its unregister forwarded, so the driver
+//    answers as without lazypin.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/btree_map.h"
+#include "absl/functional/function_ref.h"
+#include "absl/base/thread_annotations.h"
+#include "glibc_blocks.h"
+#include "granule_filter.h"
+#include "park_index.h"
+#include "types.h"
+
+namespace lazypin {
+
+using Context = void*;  // a CUcontext, opaque to the pool
+
+// How a release went before its unregister: the time spent waiting for the
+// GPU's work in flight, and whether it was released without that wait
+// finishing (a capture in progress, or the wait's bound passed).
+// `after_wait` is the caller's: the release right before, in the same
+// batch and context, waited already, so this one does not wait again (one
+// wait per batch: a fork's release of the whole pool, an eviction's victims).
+struct ReleaseWait {
+  int64_t waited_ns = 0;
+  bool forced = false;
+  bool after_wait = false;
+};
+
+// The pool's only route to the driver.
+class PoolDriver {
+ public:
+  virtual ~PoolDriver() = default;
+  // Really unregisters the registration based at `ptr`, made in `ctx`;
+  // fills `wait` in (a driver that does not wait leaves it as it is).
+  virtual int Unregister(uintptr_t ptr, Context ctx, ReleaseWait* wait) = 0;
+  // The physical frames now behind [ptr, ptr+bytes), one per page; false if unknown.
+  virtual bool ReadFrames(uintptr_t ptr, size_t bytes, std::vector<uint64_t>* frames) = 0;
+  virtual int64_t NowNs() = 0;
+
+  // The kernel watch and the page classes (mem_watch.h, page_class.h); a
+  // driver without them defers everything and reports no changes.
+  // Before the driver registers [lo, hi): kNone if lazypin may defer it (then
+  // Release() follows when the registration ends), else why not.
+  virtual PassReason Admit(uintptr_t lo, uintptr_t hi) { return PassReason::kNone; }
+  virtual void Release(uintptr_t lo, uintptr_t hi) {}
+  // After Admit, just before the driver registers [lo, hi) (a miss): may
+  // fault its pages in first, contents unchanged (prefault.h).
+  virtual void Prefault(uintptr_t lo, uintptr_t hi, unsigned flags) {}
+  // Before a registration in `ctx` exists: makes what Unregister(…, ctx, …)
+  // needs (so that a release allocates nothing and starts no thread).
+  virtual void PrepareRelease(Context ctx) {}
+  // Calls changed(lo, hi) for every range whose pages changed since the last
+  // call, as far as the watch knows (see MemWatch::Drain for the ordering).
+  virtual void DrainChanges(absl::FunctionRef<void(uintptr_t lo, uintptr_t hi)> changed) {}
+};
+
+// Freed blocks that come back (LAZYPIN_REUSE_FREED): a block the program
+// frees while a deferred entry based at it holds it stays allocated and
+// registered ("parked") until an allocation it fits takes it (then the
+// program's next register of it is a hit) or the entry is released (then,
+// after the unregister, `free_block` really frees it). `gauge` (may be
+// null) follows the number of parked blocks with relaxed stores, for the
+// allocation hooks' fast path.
+struct ReuseHooks {
+  void (*free_block)(void* block) = nullptr;
+  std::atomic<int64_t>* gauge = nullptr;
+  // At most this many bytes (usable sizes) parked at once: memory the program
+  // believes freed (LAZYPIN_REUSE_FREED). A free past it is handled as before.
+  uint64_t max_bytes = ~uint64_t{0};
+};
+
+// Told of what the pool does outside the program's own calls (for the log).
+class PoolObserver {
+ public:
+  virtual ~PoolObserver() = default;
+  virtual void OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result,
+                       int64_t latency_ns, const ReleaseWait& wait) = 0;
+  virtual void OnWarning(const std::string& message) = 0;
+};
+
+struct PoolLimits {
+  uint64_t max_bytes = uint64_t{1} << 33;
+  uint64_t max_entries = 65536;
+  bool check_frames = false;  // LAZYPIN_CHECK_PFN
+};
+
+struct RegisterRequest {
+  uintptr_t ptr = 0;
+  size_t bytes = 0;
+  unsigned flags = 0;
+  Context ctx = nullptr;
+  int device = 0;
+};
+
+// What happened to one program call.
+struct Outcome {
+  int result = kCudaSuccess;
+  Action action = Action::kForward;
+  int evicted = 0;  // pooled registrations really unregistered on its behalf
+  PassReason reason = PassReason::kNone;  // with kPassthrough: why
+};
+
+struct PoolCounters {
+  uint64_t hits = 0, misses = 0, deferred = 0, passed = 0;
+  uint64_t evictions[static_cast<int>(EvictReason::kCount)] = {};
+  uint64_t pooled_bytes = 0, pooled_entries = 0;
+  uint64_t peak_bytes = 0, peak_entries = 0;
+  uint64_t forced_releases = 0;  // evictions whose wait for the GPU did not finish
+  uint64_t parked = 0, served = 0;  // frees kept (parked) and handed back to an allocation
+  uint64_t parked_now = 0;          // blocks parked at this moment
+  uint64_t parked_bytes = 0;        // their usable bytes
+  // Auto-pins (LAZYPIN_AUTOPIN, auto_pin.h): registrations lazypin made for
+  // a copy's pageable host memory; the copies that found theirs in place;
+  // the program's registers they served (exact hits); attempts refused for
+  // the bounds; bytes held auto-pinned now (part of pooled_bytes).
+  uint64_t autopins = 0, autopin_bytes = 0, autopin_copies = 0, autopin_copy_bytes = 0;
+  uint64_t autopin_hits = 0, autopin_full = 0, autopinned_bytes = 0;
+  uint64_t autopin_queried = 0;  // attempts declined: pointer queries keep releasing that range
+  int64_t autopin_register_ns = 0;
+};
+
+// What Pool::AutoPin did for one copy's host range.
+enum class AutoPinResult {
+  kPinned,   // registered now, held as a deferred (lazypin-owned) entry
+  kCovered,  // a deferred entry of the same context already holds the whole range
+  kSkipped,  // left alone: the program's (or partly pooled), not eligible, over the bounds,
+             // or the driver refused (`driver_result`)
+};
+struct AutoPinOutcome {
+  AutoPinResult result = AutoPinResult::kSkipped;
+  int driver_result = kCudaSuccess;  // the register's answer, when one was made
+  int64_t register_ns = 0;           // its cost
+  bool attempted = false;            // a register was made
+};
+
+class Pool {
+ public:
+  Pool(PoolDriver* driver, PoolObserver* observer, PoolLimits limits);
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+
+  // A program's register. `forward` makes the program's own call to the driver.
+  Outcome Register(const RegisterRequest& request, absl::FunctionRef<int()> forward);
+  // A program's unregister of `ptr`; with `may_defer` false (no current
+  // context, the implicit wait failed) it is forwarded, never deferred.
+  Outcome Unregister(uintptr_t ptr, absl::FunctionRef<int()> forward, bool may_defer = true);
+
+  // The two outcomes that need no driver call, for a caller (the runtime
+  // hook) that must not forward through its own path: an exact hit, or a
+  // deferral. Empty when the call needs the driver (then use the above).
+  std::optional<Outcome> TryHit(const RegisterRequest& request);
+  std::optional<Outcome> TryDefer(uintptr_t ptr);
+
+  // Auto-pin (LAZYPIN_AUTOPIN): a host-device copy is about to use the
+  // pageable host range [req.ptr, req.ptr + req.bytes) in req.ctx. If a
+  // deferred entry of that context holds the whole range, it is touched
+  // (most recently used, not idle) and kCovered returned. If any entry shares
+  // a page with it (the program's registration, or a partial one), nothing
+  // is done. Otherwise, if it fits the bounds without evicting anything
+  // (pool bytes and entries, and `max_auto_bytes` for auto-pinned bytes),
+  // `eligible()` agrees (its pages are private anonymous and the driver knows
+  // nothing of them), and the driver's watch admits it, `register_fn()`
+  // registers it (flags 0) and it enters the pool as a deferred entry: to the
+  // program it is still pageable. A range whose auto-pin pointer queries
+  // released kAutoPinQueryLimit times, or whose register the driver refused,
+  // is not auto-pinned again (a program that asks about its memory before
+  // each copy would pay a register and an unregister per copy; a refused one
+  // a failed register), until 16 other such ranges have been seen. To the
+  // program it is still pageable, and it is invalidated, evicted, hit and
+  // released exactly like memory the program unregistered. Neither callback
+  // is called with the lock held.
+  AutoPinOutcome AutoPin(const RegisterRequest& req, uint64_t max_auto_bytes,
+                         absl::FunctionRef<bool()> eligible, absl::FunctionRef<int()> register_fn);
+
+  // Applies the page changes the driver's watch reports (DrainChanges):
+  // deferred entries they touch are really unregistered, in-use ones will
+  // not be deferred. Every program entry point above starts with it.
+  void ApplyPageChanges();
+
+  // A copy is about to move host memory [lo, hi) through the driver, which
+  // copies through any registration it holds there: applies the page changes
+  // (as ApplyPageChanges), then waits for the evictions in progress on
+  // [lo, hi) (another thread's apply may have taken such an entry, and the
+  // driver holds it until its unregister returns). Afterwards no registration
+  // the pool deferred there has pages that changed before the call.
+  void BeforeCopy(uintptr_t lo, uintptr_t hi);
+
+  // Memory [lo, hi) leaves the process, or a pointer query touches it: really
+  // unregister the deferred entries overlapping it. Returns how many.
+  int Invalidate(uintptr_t lo, uintptr_t hi, EvictReason reason);
+  // Cheap and lock-free: false means Invalidate(lo, hi) would do nothing.
+  bool MaybeHolds(uintptr_t lo, uintptr_t hi) const {
+    return holding_.load(std::memory_order_relaxed) != 0 && filter_.MaybeOverlaps(lo, hi);
+  }
+  bool Empty() const { return holding_.load(std::memory_order_relaxed) == 0; }
+  // Cheap and lock-free, for the memory hooks: false means no entry at all
+  // (in use or deferred) can overlap [lo, hi), so MarkLeft and Invalidate
+  // would do nothing. Tracking(): false means that for every range.
+  bool Tracking() const {
+    return !Empty() || in_use_.load(std::memory_order_relaxed) != 0;
+  }
+  bool MaybeTracks(uintptr_t lo, uintptr_t hi) const {
+    return MaybeHolds(lo, hi) ||
+           (in_use_.load(std::memory_order_relaxed) != 0 && in_use_filter_.MaybeOverlaps(lo, hi));
+  }
+  // Memory [lo, hi) leaves the process (or loses its protection) while the
+  // program may hold registrations in it: the in-use entries overlapping it
+  // are marked so that they never become deferred; the program's unregister
+  // of one is forwarded. Returns how many were marked.
+  int MarkLeft(uintptr_t lo, uintptr_t hi);
+  // Exact (takes the lock): a deferred or evicting entry overlaps [lo, hi).
+  bool HoldsDeferred(uintptr_t lo, uintptr_t hi) const;
+  // MarkLeft, then HoldsDeferred into `pooled`, under one lock. `wait`
+  // false: only if the lock is free now; false (nothing done) when another
+  // thread holds it.
+  bool Leave(uintptr_t lo, uintptr_t hi, bool wait, bool* pooled);
+
+  // A context is destroyed: release its deferred entries, forget its in-use ones.
+  int DropContext(Context ctx);
+  // A device's primary context is reset or released: release its deferred
+  // entries; forget its in-use ones too when `forget_in_use` (reset).
+  int DropDevice(int device, bool forget_in_use);
+  // The collector: release deferred entries unused for `idle_ns`.
+  int CollectIdle(int64_t idle_ns);
+  // Release every deferred entry (LAZYPIN_RELEASE_AT_EXIT).
+  int ReleaseAll(EvictReason reason);
+  // In a fork's child: forget everything without touching the driver or the
+  // lock (another thread may have held it at fork time); pass everything through.
+  void AbandonAfterFork();
+  bool Abandoned() const { return abandoned_.load(std::memory_order_relaxed); }
+
+  PoolCounters Counters() const;
+  // Faults the lock-free filters' tables in, so that the first deferrals
+  // take no page fault there. For a thread of lazypin's (the collector).
+  void Prefault() {
+    filter_.Prefault();
+    in_use_filter_.Prefault();
+  }
+
+  // Freed blocks that come back (see ReuseHooks). Call before the pool is shared.
+  void EnableReuse(ReuseHooks hooks);
+  bool ReuseEnabled() const { return reuse_.free_block != nullptr; }
+  // free(block) of `usable` bytes (malloc_usable_size): parks it if reuse is
+  // on and one deferred entry, based at `block` and no longer than `usable`,
+  // is all the pool holds there (nothing in flight or evicting on it), within
+  // ReuseHooks::max_bytes. True:
+  // the caller must not free it. Never waits for an eviction.
+  bool Park(uintptr_t block, size_t usable);
+  // An allocation whose fresh block could have any of `sizes`' usable sizes
+  // and needs `align`: a parked block that fits, taken out of the park (its
+  // entry stays deferred until the program registers it: a hit); 0 if none,
+  // and 0 when the lock stays busy over a few yields (it never blocks).
+  uintptr_t Unpark(const FreshSizes& sizes, size_t align);
+  // Releases every parked block (unregister, then the real free): an
+  // allocation failed while they held memory. Returns how many.
+  int ReleaseParked(EvictReason reason);
+  // Cheap and lock-free: false means Unpark(sizes, ...) would find nothing.
+  bool MaybeParked(const FreshSizes& sizes) const {
+    for (int i = 0; i < sizes.count; ++i) {
+      if (park_filter_[ParkSlot(sizes.usable[i])].load(std::memory_order_relaxed) != 0) return true;
+    }
+    return false;
+  }
+
+ private:
+  // kEvicting: lazypin's unregister on its way to the driver. Calls on an
+  // overlapping range wait for it, and for the program's calls in flight.
+  enum class State { kInUse, kDeferred, kEvicting };
+  struct Range {
+    uintptr_t lo, hi;
+  };
+  struct Entry {
+    uintptr_t base;
+    size_t bytes;
+    unsigned flags;
+    Context ctx;
+    int device;
+    State state;
+    PassReason pass;     // kNone: deferrable
+    bool watched;        // Admit() said kNone: Release() when it ends
+    uint64_t lru_key;    // valid while kDeferred
+    int64_t deferred_at;  // ns, valid while kDeferred
+    std::vector<uint64_t> frames;  // with check_frames: the pages registered
+    bool left = false;  // kInUse only: the memory left the process (MarkLeft)
+    size_t parked = 0;  // kDeferred only: parked, with this malloc_usable_size (0: not)
+    bool auto_pinned = false;  // kDeferred only: lazypin registered it (AutoPin), not the program
+  };
+  struct Victim {
+    uintptr_t base;
+    size_t bytes;
+    Context ctx;
+    EvictReason reason;
+    bool watched;
+    bool parked;  // the block is lazypin's: really freed after the unregister
+  };
+  using Map = absl::btree_map<uintptr_t, Entry>;
+
+  // First entry whose byte range may overlap [lo, hi) (entries are disjoint,
+  // so their ends are sorted like their bases).
+  Map::iterator FirstOverlap(uintptr_t lo) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int MarkLeftLocked(uintptr_t lo, uintptr_t hi) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool HoldsDeferredLocked(uintptr_t lo, uintptr_t hi) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool RangeQuiet(uintptr_t lo, uintptr_t hi) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AwaitQuiet(std::unique_lock<std::mutex>& lock, uintptr_t lo, uintptr_t hi);
+  void MarkDeferred(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnmarkDeferred(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An in-use entry not marked left is in in_use_filter_ and in_use_ while it
+  // is in that state: Watch when it enters it, Unwatch when it leaves it.
+  void TrackInUse(const Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UntrackInUse(const Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the entry at `it` (any state), keeping the lock-free views.
+  Map::iterator Erase(Map::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TakeVictim(Entry& e, EvictReason reason, std::vector<Victim>* victims)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Victim TakeVictim(Entry& e, EvictReason reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TakeOverBounds(std::vector<Victim>* victims) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unregisters the victims without the lock, then removes them. Returns the count.
+  int Evict(std::vector<Victim>& victims) ABSL_LOCKS_EXCLUDED(mu_);
+  int Evict(const Victim* victims, size_t count) ABSL_LOCKS_EXCLUDED(mu_);
+  bool FramesUnchanged(const Entry& e);
+  // Releases the deferred entries `matches` picks; forgets its in-use ones too
+  // when `forget_in_use`. The pool's answer to context teardown.
+  int DropWhere(absl::FunctionRef<bool(const Entry&)> matches, bool forget_in_use)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void EndInflight(Range range) ABSL_LOCKS_EXCLUDED(mu_);
+  // The exact-hit check and its effect; null if no hit.
+  const Entry* HitLocked(const RegisterRequest& req) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Defers the in-use entry based at `ptr` if it is poolable; false otherwise.
+  bool DeferLocked(uintptr_t ptr, std::vector<Victim>* victims) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseWatched(const std::vector<Range>& ranges);
+  // Takes a parked entry's block out of the park; true if it was parked.
+  bool UnparkLocked(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The bookkeeping of a block that left the index (counters, filter, gauge).
+  void ForgetParked(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FreeBlocks(const std::vector<uintptr_t>& blocks);
+  static size_t ParkSlot(size_t usable) { return (usable >> 4) % kParkSlots; }
+  // Auto-pinned ranges that pointer queries released, most recent first (see AutoPin).
+  static constexpr int kAutoPinQueryLimit = 2;
+  struct Queried {
+    uintptr_t base = 0;
+    size_t bytes = 0;
+    int count = 0;
+  };
+  Queried* FindQueried(uintptr_t base, size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts `count` more releases (or a refusal: kAutoPinQueryLimit) of the range.
+  void NoteQueried(uintptr_t base, size_t bytes, int count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  PoolDriver* const driver_;
+  PoolObserver* const observer_;
+  const PoolLimits limits_;
+
+  mutable std::mutex mu_;
+  std::condition_variable evicted_;  // an eviction or a register finished: AwaitQuiet looks again
+  Map entries_ ABSL_GUARDED_BY(mu_);
+  absl::btree_map<uint64_t, uintptr_t> lru_ ABSL_GUARDED_BY(mu_);  // key -> base, deferred only
+  uint64_t next_lru_key_ ABSL_GUARDED_BY(mu_) = 1;
+  // Program calls on their way to the driver (page ranges): a call on an
+  // overlapping range waits, as the driver orders them, so that none acts on
+  // a state the driver no longer has. A handful at a time.
+  std::vector<Range> inflight_ ABSL_GUARDED_BY(mu_);
+  PoolCounters counters_ ABSL_GUARDED_BY(mu_);
+  Queried queried_[16] ABSL_GUARDED_BY(mu_);
+  int queried_next_ ABSL_GUARDED_BY(mu_) = 0;
+
+  std::atomic<int64_t> holding_{0};  // deferred + evicting entries
+  std::atomic<int64_t> in_use_{0};  // in-use entries not marked left
+  std::atomic<bool> abandoned_{false};
+  GranuleFilter filter_;         // deferred + evicting entries
+  GranuleFilter in_use_filter_;  // in-use entries not marked left
+
+  ReuseHooks reuse_;
+  ParkIndex park_ ABSL_GUARDED_BY(mu_);
+  // A counting filter over parked usable sizes (writers hold the lock).
+  static constexpr size_t kParkSlots = 64;
+  static constexpr int kUnparkTries = 64;  // Unpark: tries of a busy lock before it gives up
+  std::atomic<uint32_t> park_filter_[kParkSlots] = {};
+};
+
+}  // namespace lazypin

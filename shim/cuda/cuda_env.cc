@@ -1,0 +1,81 @@
+// cuda_env: the CUDA side of DispatchEnv (see cuda_env.h).
+#include "cuda_env.h"
+
+#include "capture.h"
+#include "cuda.h"
+#include "real.h"
+
+namespace lazypin {
+namespace {
+
+real::Lazy<CUresult (*)(CUcontext*)> g_ctx_get_current;
+real::Lazy<CUresult (*)(CUdevice*)> g_ctx_get_device;
+real::Lazy<CUresult (*)(int*)> g_driver_get_version;
+real::Lazy<CUresult (*)()> g_ctx_synchronize;
+real::Lazy<CUresult (*)(CUdevice, unsigned*, int*)> g_primary_get_state;
+real::Lazy<CUresult (*)(CUstream, CUstreamCaptureStatus*)> g_stream_is_capturing;
+real::Lazy<CUresult (*)(CUstream)> g_stream_synchronize;
+real::Lazy<CUresult (*)(CUstreamCaptureMode*)> g_capture_mode;
+
+}  // namespace
+
+Context CudaEnv::CurrentContext() {
+  CUcontext ctx = nullptr;
+  if (auto get = g_ctx_get_current.Get(&real::Driver, "cuCtxGetCurrent")) get(&ctx);
+  return ctx;
+}
+
+int CudaEnv::CurrentDevice() {
+  CUdevice device = -1;
+  auto get = g_ctx_get_device.Get(&real::Driver, "cuCtxGetDevice");
+  if (get == nullptr || get(&device) != CUDA_SUCCESS) device = -1;
+  return device;
+}
+
+bool CudaEnv::CaptureForbidsDeferral() {
+  if (!Captures().Any()) return false;
+  auto exchange = g_capture_mode.Get(&real::Driver, "cuThreadExchangeStreamCaptureMode");
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  // Unknown: forward (the driver's own answer is always the bare one).
+  if (exchange == nullptr || exchange(&mode) != CUDA_SUCCESS) return true;
+  CUstreamCaptureMode restore = mode;
+  exchange(&restore);
+  return Captures().ForbidsUnsafeCall(CaptureThreadId(), static_cast<CaptureMode>(mode));
+}
+
+int CudaEnv::WaitForDevice(Context ctx) {
+  // A synchronize would invalidate a capture in progress in the context,
+  // even in relaxed mode: then no wait, and the unregister is forwarded.
+  if (Captures().InProgress(ctx)) return kCudaCaptureUnsupported;
+  // `ctx` is current on this thread: cuCtxSynchronize waits for it alone.
+  auto synchronize = g_ctx_synchronize.Get(&real::Driver, "cuCtxSynchronize");
+  return synchronize != nullptr ? int{synchronize()} : kCudaNotInitialized;
+}
+
+bool CudaEnv::PrimaryContextActive(int device) {
+  auto get_state = g_primary_get_state.Get(&real::Driver, "cuDevicePrimaryCtxGetState");
+  unsigned flags = 0;
+  int active = 0;
+  return get_state != nullptr && get_state(device, &flags, &active) == CUDA_SUCCESS && active != 0;
+}
+
+void CudaEnv::SynchronizeStream(void* stream) {
+  auto is_capturing = g_stream_is_capturing.Get(&real::Driver, "cuStreamIsCapturing");
+  auto synchronize = g_stream_synchronize.Get(&real::Driver, "cuStreamSynchronize");
+  if (is_capturing == nullptr || synchronize == nullptr) return;
+  // A capturing stream ran nothing (the copy was recorded), and synchronizing
+  // it would invalidate the capture: leave it, as for an unknown status.
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  const CUstream s = static_cast<CUstream>(stream);
+  if (is_capturing(s, &status) != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE) return;
+  synchronize(s);
+}
+
+int CudaEnv::DriverVersion() {
+  int version = 0;
+  auto get_version = g_driver_get_version.Get(&real::Driver, "cuDriverGetVersion");
+  if (get_version == nullptr || get_version(&version) != CUDA_SUCCESS) version = 0;
+  return version;
+}
+
+}  // namespace lazypin

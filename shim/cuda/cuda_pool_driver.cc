@@ -1,0 +1,249 @@
+// cuda_pool_driver: lazypin's own unregisters through the real driver (see cuda_pool_driver.h).
+#include "cuda_pool_driver.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <climits>
+#include <memory>
+#include <mutex>
+
+#include "capture.h"
+#include "cuda.h"
+#include "host_alloc_cache.h"
+#include "mem_watch.h"
+#include "page_class.h"
+#include "pfn.h"
+#include "prefault.h"
+#include "real.h"
+#include "sys.h"
+#include "thread_state.h"
+
+namespace lazypin {
+
+namespace {
+
+using PushFn = CUresult (*)(CUcontext);
+using PopFn = CUresult (*)(CUcontext*);
+using SyncFn = CUresult (*)();
+
+real::Lazy<PushFn> g_push;
+real::Lazy<PopFn> g_pop;
+real::Lazy<SyncFn> g_sync;
+
+// A thread of lazypin's that synchronizes one context when asked, so that a
+// release can wait for the GPU's work in flight with a deadline: the wait
+// itself (cuCtxSynchronize) has none, and on a GPU that never goes idle (a
+// persistent kernel) it never returns. Never destroyed.
+class ContextIdleWaiter {
+ public:
+  // `ctx` null: a waiter for the next context that WaiterFor meets (Adopt).
+  explicit ContextIdleWaiter(Context ctx) : ctx_(ctx) {
+    StartThreadWithSignalsBlocked([this] { Run(); }).detach();
+  }
+  // Before its first Wait.
+  void Adopt(Context ctx) { ctx_.store(ctx, std::memory_order_release); }
+
+  // True once the work in flight in the context when this was called has
+  // finished; false at `deadline_ns`, when the synchronize failed or was not
+  // made (a capture in progress), or at once when an earlier synchronize has
+  // been running for longer than `stuck_ns` (the GPU does not go idle).
+  bool Wait(int64_t deadline_ns, int64_t stuck_ns) {
+    const int64_t since = busy_since_.load(std::memory_order_acquire);
+    if (since != 0 && MonotonicNs() - since > stuck_ns) return false;
+    const uint32_t target = requested_.fetch_add(1, std::memory_order_acq_rel) + 1;
+    FutexWake(&requested_, 1);
+    for (;;) {
+      const uint32_t done = done_.load(std::memory_order_acquire);
+      // Rounds compared modulo 2^32.
+      if (static_cast<int32_t>(done - target) >= 0) return last_ok_.load(std::memory_order_acquire);
+      const int64_t left = deadline_ns - MonotonicNs();
+      if (left <= 0) return false;
+      FutexWait(&done_, done, left);
+    }
+  }
+  Context ctx() const { return ctx_.load(std::memory_order_acquire); }
+
+ private:
+  void Run() {
+    ScopedInsideLazypin inside;  // its frees and driver calls are lazypin's own
+    PushFn push = g_push.Get(&real::Driver, "cuCtxPushCurrent_v2");
+    PopFn pop = g_pop.Get(&real::Driver, "cuCtxPopCurrent_v2");
+    SyncFn sync = g_sync.Get(&real::Driver, "cuCtxSynchronize");
+    for (;;) {
+      const uint32_t wanted = requested_.load(std::memory_order_acquire);
+      if (wanted == done_.load(std::memory_order_relaxed)) {
+        FutexWait(&requested_, wanted, -1);
+        continue;
+      }
+      // Every request up to `wanted` was made before this synchronize began,
+      // so it covers the work each of them found in flight.
+      bool ok = false;
+      const Context ctx = this->ctx();
+      if (push != nullptr && pop != nullptr && sync != nullptr && !Captures().InProgress(ctx) &&
+          push(static_cast<CUcontext>(ctx)) == CUDA_SUCCESS) {
+        busy_since_.store(MonotonicNs(), std::memory_order_release);
+        ok = sync() == CUDA_SUCCESS;
+        busy_since_.store(0, std::memory_order_release);
+        CUcontext popped;
+        pop(&popped);
+      }
+      last_ok_.store(ok, std::memory_order_release);
+      done_.store(wanted, std::memory_order_release);
+      FutexWake(&done_, INT_MAX);
+    }
+  }
+
+  std::atomic<Context> ctx_;
+  std::atomic<uint32_t> requested_{0};  // futex: rounds asked for
+  std::atomic<uint32_t> done_{0};       // futex: the last round finished
+  std::atomic<bool> last_ok_{false};
+  std::atomic<int64_t> busy_since_{0};  // when the synchronize in progress began; 0: none
+};
+
+// The context's waiter (`ctx` null: one started for a context not yet
+// seen, which the next new context adopts), started on first use unless one
+// waits for adoption; null past kMaxContexts.
+ContextIdleWaiter* WaiterFor(Context ctx) {
+  static constexpr int kMaxContexts = 16;
+  static std::mutex mu;
+  static ContextIdleWaiter* waiters[kMaxContexts] = {};  // never destroyed: their threads live on
+  static int count = 0;
+  std::lock_guard<std::mutex> lock(mu);
+  for (int i = 0; i < count; ++i) {
+    if (waiters[i]->ctx() == ctx) return waiters[i];
+  }
+  if (ctx != nullptr && count > 0 && waiters[count - 1]->ctx() == nullptr) {
+    waiters[count - 1]->Adopt(ctx);
+    return waiters[count - 1];
+  }
+  if (count == kMaxContexts) return nullptr;
+  // Without memory or a thread for it (a release that makes room after an
+  // allocation failed): none, and the release goes ahead without the wait
+  // (reported forced), never a throw into the program.
+  try {
+    waiters[count] = new ContextIdleWaiter(ctx);
+  } catch (...) {
+    return nullptr;
+  }
+  return waiters[count++];
+}
+
+real::Lazy<CUresult (*)(CUstreamCaptureMode*)> g_capture_mode;
+
+// One of lazypin's own releases (`release`: an unregister or a host free) of
+// something made in `ctx`: waits for the GPU first, then releases with `ctx`
+// current and outside any capture.
+int ReleaseInContext(Context ctx, ReleaseWait* wait, absl::FunctionRef<int()> release) {
+  auto push = g_push.Get(&real::Driver, "cuCtxPushCurrent_v2");
+  auto pop = g_pop.Get(&real::Driver, "cuCtxPopCurrent_v2");
+  auto capture_mode = g_capture_mode.Get(&real::Driver, "cuThreadExchangeStreamCaptureMode");
+  // Wait for the GPU first, on this thread: the release's own wait for
+  // the device would otherwise stall every other thread's CUDA work
+  // (docs/design.md). Not while a capture is in progress in the context:
+  // a synchronize would invalidate it.
+  const int64_t t0 = MonotonicNs();
+  if (wait->after_wait) {
+    // The release before it in this batch waited for the same context.
+  } else if (ctx != nullptr && Captures().InProgress(ctx)) {
+    wait->forced = true;
+  } else if (ctx != nullptr) {
+    ContextIdleWaiter* waiter = WaiterFor(ctx);
+    wait->forced = waiter == nullptr || !waiter->Wait(t0 + kReleaseWaitNs, kReleaseWaitNs);
+    wait->waited_ns = MonotonicNs() - t0;
+  }
+  // Not part of any stream capture the program has in progress: in the
+  // default (global) mode this thread's unregister would be refused (900)
+  // and invalidate another thread's capture (measured on the H200;
+  // testapps/capture.cu). Allocators (PyTorch's) do the same.
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  const bool relaxed = capture_mode != nullptr && capture_mode(&mode) == CUDA_SUCCESS;
+  // The registration belongs to `ctx`; whichever thread releases, make it current.
+  const bool pushed = ctx != nullptr && push != nullptr && pop != nullptr &&
+                      push(static_cast<CUcontext>(ctx)) == CUDA_SUCCESS;
+  const int result = release();
+  if (pushed) {
+    CUcontext popped;
+    pop(&popped);
+  }
+  if (relaxed) capture_mode(&mode);
+  return result;
+}
+
+class CudaPoolDriver final : public PoolDriver {
+ public:
+  // Opens the maps descriptor that Admit queries and starts the first
+  // context's waiter, here rather than in the first register.
+  CudaPoolDriver(MemWatch* watch, bool defer_shared, int prefault_threads)
+      : watch_(watch), defer_shared_(defer_shared), prefault_threads_(prefault_threads) {
+    HaveProcmapQuery();
+    WaiterFor(nullptr);
+  }
+
+  PassReason Admit(uintptr_t lo, uintptr_t hi) override {
+    if (!defer_shared_ && !Deferrable(ClassifyRange(lo, hi))) return PassReason::kShared;
+    if (watch_ != nullptr && !watch_->Watch(lo, hi)) return PassReason::kUnwatched;
+    return PassReason::kNone;
+  }
+  void Release(uintptr_t lo, uintptr_t hi) override {
+    if (watch_ != nullptr) watch_->Unwatch(lo, hi);
+  }
+  void PrepareRelease(Context ctx) override { WaiterFor(ctx); }
+  void Prefault(uintptr_t lo, uintptr_t hi, unsigned flags) override {
+    if (ShouldPrefault(lo, hi, flags, prefault_threads_)) PrefaultRange(lo, hi, prefault_threads_);
+  }
+  void DrainChanges(absl::FunctionRef<void(uintptr_t, uintptr_t)> changed) override {
+    if (watch_ != nullptr) watch_->Drain(changed);
+  }
+
+  int Unregister(uintptr_t ptr, Context ctx, ReleaseWait* wait) override {
+    auto unregister = unregister_.Get(&real::Driver, "cuMemHostUnregister");
+    if (unregister == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+    return ReleaseInContext(ctx, wait, [&] { return int{unregister(reinterpret_cast<void*>(ptr))}; });
+  }
+  bool ReadFrames(uintptr_t ptr, size_t bytes, std::vector<uint64_t>* frames) override {
+    return ReadPageFrames(ptr, bytes, frames);
+  }
+  int64_t NowNs() override { return MonotonicNs(); }
+
+ private:
+  MemWatch* const watch_;
+  const bool defer_shared_;
+  const int prefault_threads_;
+  real::Lazy<CUresult (*)(void*)> unregister_;
+};
+
+// The host-allocation cache's frees, made as the pool's unregisters are.
+class CudaHostAllocDriver final : public HostAllocDriver {
+ public:
+  int Free(uintptr_t ptr, Context ctx, ReleaseWait* wait) override {
+    auto free_host = free_host_.Get(&real::Driver, "cuMemFreeHost");
+    if (free_host == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+    return ReleaseInContext(ctx, wait, [&] { return int{free_host(reinterpret_cast<void*>(ptr))}; });
+  }
+  bool Flags(uintptr_t ptr, unsigned* flags) override {
+    auto get_flags = get_flags_.Get(&real::Driver, "cuMemHostGetFlags");
+    return get_flags != nullptr && get_flags(flags, reinterpret_cast<void*>(ptr)) == CUDA_SUCCESS;
+  }
+  int64_t NowNs() override { return MonotonicNs(); }
+
+ private:
+  real::Lazy<CUresult (*)(void*)> free_host_;
+  real::Lazy<CUresult (*)(unsigned*, void*)> get_flags_;
+};
+
+}  // namespace
+
+std::unique_ptr<PoolDriver> MakeCudaPoolDriver(MemWatch* watch, bool defer_shared,
+                                               int prefault_threads) {
+  return std::make_unique<CudaPoolDriver>(watch, defer_shared, prefault_threads);
+}
+
+std::unique_ptr<HostAllocDriver> MakeCudaHostAllocDriver() {
+  return std::make_unique<CudaHostAllocDriver>();
+}
+
+}  // namespace lazypin

@@ -1,0 +1,105 @@
+// shim: the one object that wires the layers (configuration, recorder, pool,
+// host-allocation cache, collector, dispatch, memory guard, auto-pin) and
+// owns the process lifecycle: set-up when CUDA sets up (the driver's getter)
+// or in the program's first registration call, exit, fork, SIGTERM/SIGINT.
+// It publishes what it set up as the ShimState (core/state.h) that the hooks
+// read; no call of the program passes through it.
+//   setup.cc      Init: what runs, from the configuration
+//   lifecycle.cc  exit, fork, signals, the published state
+#pragma once
+
+#include <signal.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "auto_pin.h"
+#include "collector.h"
+#include "config.h"
+#include "cuda_env.h"
+#include "dispatch.h"
+#include "host_alloc_cache.h"
+#include "mem_watch.h"
+#include "memory_guard.h"
+#include "pool.h"
+#include "process.h"
+#include "recorder.h"
+#include "state.h"
+
+namespace lazypin {
+
+// The environment dispatch runs in: CUDA through the real driver, and
+// every call recorded by the recorder.
+class RecordingCudaEnv final : public CudaEnv {
+ public:
+  explicit RecordingCudaEnv(Recorder* recorder) : recorder_(recorder) {}
+  void CallStarts(const ProgramCall& call) override { recorder_->CallStarts(call); }
+  void Record(const CallRecord& record) override { recorder_->Record(record); }
+
+ private:
+  Recorder* const recorder_;
+};
+
+// Everything lazypin set up in this process. Never destroyed: hooks may run
+// until the very end.
+class Shim {
+ public:
+  void Init();
+  void AtExit();
+  void OnSignal(int sig);
+  void BeforeFork();
+  void AfterForkInParent();
+  void InForkChild();
+  // True in a copy of the process that fork's handlers did not reach.
+  // Async-signal-safe.
+  bool InCopiedProcess() const { return process_.InCopy(); }
+  // After the first call lazypin records: exit, fork and signal handlers, and
+  // the set-up's warnings on stderr. Idempotent, cheap.
+  void InstallHandlersOnce();
+
+ private:
+  std::string HeaderLine(const std::string& log_path);
+  // Opens the kernel watch as LAZYPIN_WATCH asks; false when it is required and cannot be had.
+  bool OpenWatch();
+
+  Config config_;
+  ProcessIdentity process_;
+  int64_t start_mono_ns_ = 0;
+  int64_t start_unix_ns_ = 0;
+  std::unique_ptr<Recorder> recorder_;
+  std::unique_ptr<RecordingCudaEnv> env_;
+  std::unique_ptr<MemWatch> watch_;
+  std::string watch_reason_;  // why the kernel watch is not on
+  std::unique_ptr<PoolDriver> pool_driver_;
+  std::unique_ptr<Pool> pool_;
+  std::unique_ptr<HostAllocDriver> host_driver_;
+  std::unique_ptr<HostAllocCache> host_cache_;  // defer mode with LAZYPIN_HOST_ALLOC_CACHE > 0
+  std::unique_ptr<Collector> collector_;
+  std::unique_ptr<Dispatch> dispatch_;
+  std::unique_ptr<MemoryGuard> guard_;
+  std::unique_ptr<AutoPin> auto_pin_;
+  Mode effective_ = Mode::kOff;
+  std::string why_;  // why the effective mode differs from the requested one
+  std::vector<std::string> warnings_;  // set-up's, for the log's first lines; fixed after Init
+  // Those of warnings_ that stderr gets with the first call lazypin records
+  // (InstallHandlersOnce), not at set-up: a CUDA program that never makes one
+  // hears nothing of what lazypin would have done (configuration errors are
+  // said at once).
+  std::vector<std::string> said_at_first_call_;
+  const ShimState* state_ = nullptr;
+  std::atomic<bool> handlers_installed_{false};
+  struct sigaction old_action_[NSIG] = {};
+  bool in_child_ = false;  // InForkChild ran: nothing here is this process's
+};
+
+// The one Shim (null before set-up); lifecycle.cc's handlers find it here.
+extern Shim* g_shim;
+// Publishes `state` for the hooks.
+void Publish(const ShimState* state);
+// In a copy of the set-up process: switches it to pass-through (as a fork's
+// child) and returns true. Async-signal-safe.
+bool LeftSetUpProcess();
+
+}  // namespace lazypin

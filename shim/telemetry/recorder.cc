@@ -1,0 +1,192 @@
+// recorder: the log, statistics, call sites and NVTX (see recorder.h).
+#include "recorder.h"
+
+#include <stdio.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "fmt/format.h"
+#include "nvtx.h"
+#include "records.h"
+#include "thread_state.h"
+
+namespace lazypin {
+namespace {
+
+thread_local int t_tid LAZYPIN_TLS = 0;
+
+int ThreadId() {
+  if (t_tid == 0) t_tid = static_cast<int>(syscall(SYS_gettid));
+  return t_tid;
+}
+
+// An address inside lazypin's own object, so that call sites leave its frames out.
+void OwnCode() {}
+
+}  // namespace
+
+Recorder::Recorder(const Config& config, int64_t start_mono_ns, const std::string& log_path,
+                   void (*on_first_record)())
+    : config_(config), start_mono_ns_(start_mono_ns), on_first_record_(on_first_record) {
+  log_ = Log::Deferred(log_path,
+                       [this](const LogEntry& entry, std::string* line) { FormatEntry(entry, line); });
+  if (config_.stacks != StackMode::kOff) {
+    sites_ = std::make_unique<CallSites>(reinterpret_cast<const void*>(&OwnCode));
+  }
+}
+
+bool Recorder::Start(std::function<std::vector<std::string>(const std::string& path)> preamble) {
+  return log_->Start(std::move(preamble));
+}
+
+void Recorder::CallStarts(const ProgramCall& call) { nvtx::CallBegins(call.api); }
+
+int Recorder::StackOf(Action action, uint64_t what, uintptr_t ptr, size_t bytes) {
+  if (!sites_ || t_state.own_thread) return 0;
+  // LAZYPIN_STACKS=all: every call, unwound each time (key 0). Else the calls
+  // that reached the driver only (a hit or a deferral costs about a
+  // microsecond, a stack more), each call shape unwound once.
+  uint64_t key = 0;
+  if (config_.stacks != StackMode::kAll) {
+    if (action == Action::kHit || action == Action::kDeferred) return 0;
+    key = ((what * 0x9e3779b97f4a7c15u) ^ (ptr * 0xff51afd7ed558ccdu) ^ bytes) | 1;
+  }
+  return sites_->CaptureOnce(
+      key, CallSites::Emit{[this](std::string&& line) { log_->Write(std::move(line)); },
+                           [this](int id) {
+                             LogEntry entry;
+                             entry.kind = LogEntry::Kind::kStack;
+                             entry.stack = static_cast<int16_t>(id);
+                             log_->Write(entry);
+                           }});
+}
+
+void Recorder::Record(const CallRecord& record) {
+  nvtx::CallEnds(record.action, record.reason);
+  // A new stack's lines go into the ring first, from this thread: before the record naming it.
+  const int stack = StackOf(record.action, static_cast<uint64_t>(record.call.api) << 8 | record.call.flags,
+                            reinterpret_cast<uintptr_t>(record.call.ptr), record.call.bytes);
+  LogEntry entry;
+  entry.kind = LogEntry::Kind::kCall;
+  entry.api = static_cast<uint8_t>(record.call.api);
+  entry.via = static_cast<uint8_t>(record.call.via);
+  entry.action = static_cast<uint8_t>(record.action);
+  entry.reason = static_cast<uint8_t>(record.reason);
+  entry.result = record.result;
+  entry.tid = ThreadId();
+  entry.call.flags = record.call.flags;
+  entry.call.evicted = record.evicted;
+  entry.t_ns = record.end_ns - start_mono_ns_;
+  entry.latency_ns = record.latency_ns;
+  entry.ptr = reinterpret_cast<uintptr_t>(record.call.ptr);
+  entry.bytes = record.call.bytes;
+  entry.stack = static_cast<int16_t>(stack);
+  log_->Write(entry);
+  on_first_record_();
+}
+
+void Recorder::OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result,
+                       int64_t latency_ns, const ReleaseWait& wait) {
+  nvtx::Evicted(reason, wait.forced);
+  // No stack: an eviction may run in a memory hook called from a signal
+  // handler, where neither the unwinder's table lock nor Python may be taken.
+  LogEntry entry;
+  entry.kind = LogEntry::Kind::kEvict;
+  entry.reason = static_cast<uint8_t>(reason);
+  entry.forced = wait.forced;
+  entry.result = result;
+  entry.tid = ThreadId();
+  entry.t_ns = SinceStart();
+  entry.latency_ns = latency_ns;
+  entry.ptr = ptr;
+  entry.bytes = bytes;
+  entry.waited_ns = wait.waited_ns;
+  entry.stack = 0;
+  log_->Write(entry);
+}
+
+void Recorder::FormatEntry(const LogEntry& e, std::string* line) {
+  switch (e.kind) {
+    case LogEntry::Kind::kCall: {
+      const Api api = static_cast<Api>(e.api);
+      const Action action = static_cast<Action>(e.action);
+      stats_.RecordCall(api, e.bytes, e.result, e.latency_ns, action);
+      const CallRecord record{
+          ProgramCall{api, static_cast<Via>(e.via), reinterpret_cast<void*>(e.ptr), e.bytes,
+                      e.call.flags},
+          e.result, e.latency_ns, action, e.call.evicted, static_cast<PassReason>(e.reason)};
+      line->append(CallRecordLine(e.t_ns, e.tid, record, e.stack).view());
+      return;
+    }
+    case LogEntry::Kind::kEvict: {
+      stats_.RecordEvict(e.latency_ns);
+      ReleaseWait wait;
+      wait.waited_ns = e.waited_ns;
+      wait.forced = e.forced;
+      line->append(EvictRecordLine(e.t_ns, e.tid, e.ptr, e.bytes, static_cast<EvictReason>(e.reason),
+                                   e.result, e.latency_ns, wait, e.stack)
+                       .view());
+      return;
+    }
+    case LogEntry::Kind::kStack:
+      *line = sites_->StackLine(e.stack);
+      return;
+    case LogEntry::Kind::kDropped:
+      *line = WarningRecordLine(
+          SinceStart(), fmt::format("{} log records were dropped: the log's ring of {} records "
+                                    "stayed full for 50 ms (the writer could not keep up)",
+                                    e.bytes, LogRing::kSlots));
+      fprintf(stderr, "lazypin: %s log records were dropped (the log could not keep up)\n",
+              std::to_string(e.bytes).c_str());
+      return;
+    case LogEntry::Kind::kText:
+      return;  // the log writes those itself
+  }
+}
+
+void Recorder::OnHostRelease(uintptr_t ptr, size_t bytes, EvictReason reason, int result,
+                             int64_t latency_ns, const ReleaseWait& wait) {
+  log_->Write(std::string(
+      HostReleaseRecordLine(SinceStart(), ThreadId(), ptr, bytes, reason, result, latency_ns, wait)
+          .view()));
+}
+
+void Recorder::RecordAutoPin(const AutoPinRecord& record) {
+  if (record.result != kCudaSuccess) stats_.RecordAutoPinFailure();
+  nvtx::AutoPinned(record.result == kCudaSuccess);
+  log_->Write(std::string(AutoPinRecordLine(SinceStart(), ThreadId(), record).view()));
+  on_first_record_();
+}
+
+void Recorder::OnWarning(const std::string& message) {
+  fprintf(stderr, "lazypin: %s\n", message.c_str());
+  log_->Write(WarningRecordLine(SinceStart(), message));
+}
+
+void Recorder::Finish(const PoolCounters& counters, bool deferring, const HostAllocCounters* host) {
+  // The summary is made once the writer has counted every record.
+  log_->Close([&] { return stats_.SummaryJson(counters, SinceStart(), "exit", host); });
+  // No file: the writer said why on stderr when it could not create it.
+  std::string log_note;
+  const std::string failure = log_->failure();
+  if (log_->has_file()) {
+    log_note = failure.empty()
+                   ? fmt::format("lazypin: log: {}\n", log_->path())
+                   : fmt::format("lazypin: log {} is incomplete: {}\n", log_->path(), failure);
+  }
+  if (config_.summary) {
+    const std::string text = stats_.SummaryText(counters, deferring, host) + log_note;
+    fputs(text.c_str(), stderr);
+  } else if (!failure.empty() && log_->has_file()) {
+    fputs(log_note.c_str(), stderr);
+  }
+}
+
+void Recorder::FinishFromSignal(const char* ended_by) {
+  log_->DrainFromSignal(500);
+  char line[160];
+  const size_t len = SignalSummaryLine(line, sizeof line, SinceStart(), ended_by);
+  log_->WriteDirect(std::string_view(line, len));
+}
+
+}  // namespace lazypin

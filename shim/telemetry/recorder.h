@@ -1,0 +1,82 @@
+// recorder: where everything lazypin observes is told. Program calls
+// (Record), lazypin's own releases (OnEvict, OnHostRelease), auto-pins and
+// warnings go into the log's lock-free ring as fixed-size entries; the log's
+// writer thread counts each in the statistics and formats it (FormatEntry),
+// off the caller's path. NVTX ranges and call-site stacks are taken here
+// too. The exit summary and the fatal-signal line are written from here.
+//
+// Contract: every entry point but the constructor, Start and Finish may run
+// on any thread, inside allocators and memory hooks; none allocates on the
+// caller's thread except to capture a new call site's stack (never in an
+// eviction: that may run in a signal handler's free).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "auto_pin.h"
+#include "callsite.h"
+#include "config.h"
+#include "dispatch.h"
+#include "host_alloc_cache.h"
+#include "log.h"
+#include "pool.h"
+#include "stats.h"
+#include "sys.h"
+
+namespace lazypin {
+
+class Recorder final : public PoolObserver, public HostAllocObserver, public AutoPinSink {
+ public:
+  // `log_path`: the expanded path; `on_first_record`: called after each
+  // program call recorded (cheap; the runtime installs its handlers once).
+  Recorder(const Config& config, int64_t start_mono_ns, const std::string& log_path,
+           void (*on_first_record)());
+
+  // Starts the log's writer with `preamble` (the header and set-up's warnings).
+  bool Start(std::function<std::vector<std::string>(const std::string& path)> preamble);
+
+  void CallStarts(const ProgramCall& call);
+  // One program call: 56 bytes into the ring.
+  void Record(const CallRecord& record);
+
+  // PoolObserver
+  void OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result, int64_t latency_ns,
+               const ReleaseWait& wait) override;
+  void OnWarning(const std::string& message) override;
+  // HostAllocObserver
+  void OnHostRelease(uintptr_t ptr, size_t bytes, EvictReason reason, int result,
+                     int64_t latency_ns, const ReleaseWait& wait) override;
+  // AutoPinSink
+  void RecordAutoPin(const AutoPinRecord& record) override;
+  void OnFirstCopy() override { on_first_record_(); }
+
+  // At exit: closes the log with the summary record and, with
+  // LAZYPIN_SUMMARY, prints the summary on stderr.
+  void Finish(const PoolCounters& counters, bool deferring, const HostAllocCounters* host);
+  // From a fatal signal's handler (async-signal-safe): drains the ring and
+  // appends the one-line summary.
+  void FinishFromSignal(const char* ended_by);
+
+  int64_t SinceStart() const { return MonotonicNs() - start_mono_ns_; }
+
+ private:
+  // The writer thread's formatter: counts the record, then formats it.
+  void FormatEntry(const LogEntry& entry, std::string* line);
+  // A program call's stack: 0 (none) unless LAZYPIN_STACKS asks for it.
+  // `what`, `ptr` and `bytes` name the call's shape: with LAZYPIN_STACKS=1
+  // each shape is unwound once (CallSites::CaptureOnce).
+  int StackOf(Action action, uint64_t what, uintptr_t ptr, size_t bytes);
+
+  const Config& config_;
+  const int64_t start_mono_ns_;
+  void (*const on_first_record_)();
+  std::unique_ptr<Log> log_;
+  std::unique_ptr<CallSites> sites_;  // with LAZYPIN_STACKS on
+  Stats stats_;                       // written by the log's writer thread
+};
+
+}  // namespace lazypin
