@@ -208,10 +208,13 @@ int Pool::Evict(std::vector<Victim>& victims) { return Evict(victims.data(), vic
 int Pool::Evict(const Victim* victims, size_t count) {
   if (count == 0) return 0;
   uint64_t forced = 0;
+  Context waited = nullptr;  // the context the previous release waited for
   for (const Victim& v : absl::MakeConstSpan(victims, count)) {
     const int64_t t0 = driver_->NowNs();
     ReleaseWait wait;
+    wait.after_wait = waited != nullptr && waited == v.ctx;
     const int result = driver_->Unregister(v.base, v.ctx, &wait);
+    waited = wait.forced ? nullptr : v.ctx;
     forced += wait.forced ? 1 : 0;
     if (observer_ != nullptr) {
       observer_->OnEvict(v.base, v.bytes, v.reason, result, driver_->NowNs() - t0, wait);

@@ -46,9 +46,13 @@ using Context = void*;  // a CUcontext, opaque to the pool
 // How a release went before its unregister: the time spent waiting for the
 // GPU's work in flight, and whether it was released without that wait
 // finishing (a capture in progress, or the wait's bound passed).
+// `after_wait` is the caller's: the release right before, in the same
+// batch and context, waited already, so this one does not wait again (one
+// wait per batch: a fork's release of the whole pool, an eviction's victims).
 struct ReleaseWait {
   int64_t waited_ns = 0;
   bool forced = false;
+  bool after_wait = false;
 };
 
 // The pool's only route to the driver.

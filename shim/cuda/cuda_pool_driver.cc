@@ -184,7 +184,9 @@ int ReleaseInContext(Context ctx, ReleaseWait* wait, absl::FunctionRef<int()> re
   // (docs/design.md). Not while a capture is in progress in the context:
   // a synchronize would invalidate it.
   const int64_t t0 = MonotonicNs();
-  if (ctx != nullptr && Captures().InProgress(ctx)) {
+  if (wait->after_wait) {
+    // The release before it in this batch waited for the same context.
+  } else if (ctx != nullptr && Captures().InProgress(ctx)) {
     wait->forced = true;
   } else if (ctx != nullptr) {
     ContextIdleWaiter* waiter = WaiterFor(ctx);

@@ -924,14 +924,15 @@ const HookEntry* FindByName(const char* name) {
 // program's first registration finds everything ready: its threads start
 // first as spares (PrepareSpareThreads), which the set-up hands their bodies:
 // the log's writer; deferring, also the collector, the kernel watch's reader
-// and the first context's idle waiter. Spares it did not need end.
+// and unwatch thread, and the first context's idle waiter. Spares it did not
+// need end.
 void SetUpWithCuda() {
   static std::atomic<bool> done{false};
   if (done.load(std::memory_order_relaxed) || done.exchange(true)) return;
   if (PublishedState() != nullptr) return;  // set up already
   const Mode mode = PeekConfig([](const char* name) { return getenv(name); }, {"LAZYPIN_MODE"}).mode;
   if (mode == Mode::kOff) return;
-  PrepareSpareThreads(mode == Mode::kDefer ? 4 : 1);
+  PrepareSpareThreads(mode == Mode::kDefer ? 5 : 1);
   if (TrySetUp()) EndUnusedSpareThreads();
 }
 

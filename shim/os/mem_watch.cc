@@ -4,18 +4,23 @@
 // already taken away):
 //  1. An unmapping thread A waits in the kernel until its event E is read from
 //     the descriptor (by the reader or by a Drain).
-//  2. Whoever reads E pushes it into the ring before releasing read_mu_; a
-//     Drain holds apply_mu_ from before its read until after its apply.
-//  3. A Drain by thread B takes apply_mu_, then read_mu_: so every event read
-//     before (by the reader: now in the ring; by an earlier Drain: applied
-//     already) is seen, and its own non-blocking read takes what the kernel
-//     queued and nobody has read, even while A still waits (another thread
-//     may have mapped and registered the freed address meanwhile).
-//  4. A full ring sets `overflow_` under read_mu_, so B sees it and applies
+//  2. The reader thread reads and pushes inside a session: `reading_` is odd
+//     from before its read until after its push. A Drain applies what its own
+//     read returns itself, and holds apply_mu_ from before its read until
+//     after its last apply.
+//  3. A Drain by thread B reads first (non-blocking), then waits until the
+//     reader is in no session that began before, then pops the ring: every
+//     event read before B's read ended is seen, by the reader (its session
+//     began before B's read returned EAGAIN, so it is pushed when B pops) or
+//     by B itself; and so is every event the kernel had queued when B's read
+//     began, even while A still waits (another thread may have mapped and
+//     registered the freed address meanwhile).
+//  4. A full ring sets `overflow_` inside a session, so B sees it and applies
 //     everything.
-// The reader never takes apply_mu_ or any lock of the pool's, and read_mu_
-// is held only across a non-blocking read and a lock-free push: the reader
-// never waits on a thread that may be waiting for it.
+// The reader never takes apply_mu_ or any lock of the pool's, and a Drain
+// holds nothing the reader needs: a signal handler that unmaps on a thread
+// inside Drain waits only for the reader, which never waits on anyone. So a
+// Drain needs no signal mask change: one read(2) when nothing is pending.
 #include "mem_watch.h"
 
 #include <pthread.h>
@@ -25,6 +30,7 @@
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
 #include <poll.h>
+#include <sched.h>
 #include <pthread.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -173,14 +179,31 @@ MemWatch::MemWatch(int fd, MemWatchOptions options, size_t max_runs)
     pthread_setname_np(pthread_self(), "lazypin-watch");
     ReaderLoop();
   });
+  try {
+    unwatcher_ = StartThreadWithSignalsBlocked([this] {
+      pthread_setname_np(pthread_self(), "lazypin-unwatch");
+      UnwatcherLoop();
+    });
+  } catch (...) {
+    // No thread: every Unwatch is made on its caller's thread.
+    std::lock_guard<std::mutex> lock(later_mu_);
+    stop_later_ = true;
+  }
 }
 
 MemWatch::~MemWatch() {
   if (abandoned_.load(std::memory_order_relaxed)) {
-    // A fork's child: the parent's thread does not exist here.
+    // A fork's child: the parent's threads do not exist here.
     if (reader_.joinable()) reader_.detach();
+    if (unwatcher_.joinable()) unwatcher_.detach();
     return;
   }
+  {
+    std::lock_guard<std::mutex> lock(later_mu_);
+    stop_later_ = true;  // what is queued is unregistered below with the rest
+  }
+  later_cv_.notify_all();
+  if (unwatcher_.joinable()) unwatcher_.join();
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [lo, run] : runs_) Unregister(lo, run.end);
@@ -226,8 +249,14 @@ void MemWatch::ReaderLoop() {
     if (stop_.load(std::memory_order_acquire)) return;
     if (r < 0) continue;  // EINTR (signals are blocked here) or ENOMEM: poll again
     if (fds[0].revents & POLLIN) {
-      std::lock_guard<std::mutex> lock(read_mu_);
-      ReadAndPushLocked();
+      reading_.fetch_add(1, std::memory_order_seq_cst);  // odd: in a session
+      ReadEvents([this](const Event& e) {
+        if (!Push(e)) {
+          overflow_.store(true, std::memory_order_release);
+          overflows_.fetch_add(1, std::memory_order_relaxed);
+        }
+      });
+      reading_.fetch_add(1, std::memory_order_seq_cst);
       if (stop_.load(std::memory_order_acquire)) return;
     } else if (fds[0].revents != 0) {
       usleep(1000);  // POLLERR/POLLHUP never expected on an initialized descriptor: do not spin
@@ -235,7 +264,7 @@ void MemWatch::ReaderLoop() {
   }
 }
 
-void MemWatch::ReadAndPushLocked() {
+void MemWatch::ReadEvents(absl::FunctionRef<void(const Event&)> take) {
   struct uffd_msg msgs[16];
   for (;;) {
     const ssize_t n = read(fd_, msgs, sizeof msgs);
@@ -268,10 +297,7 @@ void MemWatch::ReadAndPushLocked() {
           continue;
       }
       events_.fetch_add(1, std::memory_order_relaxed);
-      if (!Push(e)) {
-        overflow_.store(true, std::memory_order_release);
-        overflows_.fetch_add(1, std::memory_order_relaxed);
-      }
+      take(e);
     }
     if (static_cast<size_t>(n) < sizeof msgs) return;
   }
@@ -295,37 +321,34 @@ bool MemWatch::Pop(Event* e) {
   return true;
 }
 
+void MemWatch::Apply(const Event& e, bool all_dirty,
+                     absl::FunctionRef<void(uintptr_t, uintptr_t)> apply) {
+  if (!all_dirty) apply(e.lo, e.hi);
+  if (e.to_hi != 0) {
+    // mremap carried our registration to the new address: drop it there
+    // unless a Watch holds those pages (the program may want them for a
+    // userfaultfd of its own).
+    std::lock_guard<std::mutex> lock(mu_);
+    UnregisterUncountedLocked(e.to_lo, e.to_hi);
+  }
+}
+
 void MemWatch::DrainSlow(absl::FunctionRef<void(uintptr_t, uintptr_t)> apply) {
   if (abandoned_.load(std::memory_order_relaxed)) return;
   std::lock_guard<std::mutex> applying(apply_mu_);
-  {
-    // Signals blocked while read_mu_ is held: a handler that unmapped here
-    // would wait in the kernel for its event to be read, by a reader waiting
-    // for read_mu_ (a deadlock the hardening test's handler found).
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
-    {
-      std::lock_guard<std::mutex> reading(read_mu_);
-      ReadAndPushLocked();
-    }
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  ReadEvents([&](const Event& e) { Apply(e, false, apply); });
+  // The reader's session in progress, if any, may hold events queued before
+  // the read above returned: let it push them.
+  const uint32_t seen = reading_.load(std::memory_order_seq_cst);
+  if (seen % 2 != 0) {
+    while (reading_.load(std::memory_order_acquire) == seen) sched_yield();
   }
-  // Exchanged before the apply below: whatever a full ring dropped until now
+  // Exchanged before the pops below: whatever a full ring dropped until now
   // is covered by apply(0, UINTPTR_MAX).
   const bool overflow = overflow_.load(std::memory_order_acquire) &&
                         overflow_.exchange(false, std::memory_order_acq_rel);
   Event e;
-  while (Pop(&e)) {
-    if (!overflow) apply(e.lo, e.hi);
-    if (e.to_hi != 0) {
-      // mremap carried our registration to the new address: drop it there
-      // unless a Watch holds those pages (the program may want them for a
-      // userfaultfd of its own).
-      std::lock_guard<std::mutex> lock(mu_);
-      UnregisterUncountedLocked(e.to_lo, e.to_hi);
-    }
-  }
+  while (Pop(&e)) Apply(e, overflow, apply);
   if (overflow) apply(0, UINTPTR_MAX);
 }
 
@@ -378,7 +401,10 @@ bool MemWatch::Watch(uintptr_t lo, uintptr_t hi, WatchRefusal* refusal) {
     *refusal = WatchRefusal::kUnwatchable;
     return false;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  // Not while the unwatch thread unregisters any of these pages: the
+  // kernel would end the registration made here.
+  unregistered_.wait(lock, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !UnregisteringLocked(lo, hi); });
   // A Watch adds at most 2 split runs and the gaps between existing ones.
   size_t gaps = 1;
   for (auto it = runs_.lower_bound(lo); it != runs_.end() && it->first < hi; ++it) ++gaps;
@@ -423,9 +449,22 @@ void MemWatch::Unwatch(uintptr_t lo, uintptr_t hi) {
   lo = PageFloor(lo);
   hi = PageCeil(hi);
   if (lo >= hi || abandoned_.load(std::memory_order_relaxed)) return;
+  if (hi - lo >= kUnwatchLaterFrom && Later(lo, hi)) return;
   std::lock_guard<std::mutex> lock(mu_);
+  UnwatchLocked(lo, hi, nullptr, 0);
+}
+
+size_t MemWatch::UnwatchLocked(uintptr_t lo, uintptr_t hi, Range* pieces, size_t max) {
   SplitAt(lo);
   SplitAt(hi);
+  size_t count = 0;
+  const auto unregister = [&](uintptr_t from, uintptr_t to) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (pieces != nullptr && count < max) {
+      pieces[count++] = Range{from, to};
+    } else {
+      Unregister(from, to);
+    }
+  };
   uintptr_t free_lo = 0, free_hi = 0;  // contiguous pages left to unregister
   for (auto it = runs_.lower_bound(lo); it != runs_.end() && it->first < hi;) {
     if (--it->second.count != 0) {
@@ -433,14 +472,71 @@ void MemWatch::Unwatch(uintptr_t lo, uintptr_t hi) {
       continue;
     }
     if (free_hi != it->first) {
-      if (free_hi > free_lo) Unregister(free_lo, free_hi);
+      if (free_hi > free_lo) unregister(free_lo, free_hi);
       free_lo = it->first;
     }
     free_hi = it->second.end;
     it = runs_.erase(it);
   }
-  if (free_hi > free_lo) Unregister(free_lo, free_hi);
+  if (free_hi > free_lo) unregister(free_lo, free_hi);
   PublishRunsLocked();
+  return count;
+}
+
+bool MemWatch::Later(uintptr_t lo, uintptr_t hi) {
+  std::unique_lock<std::mutex> queue(later_mu_, std::try_to_lock);
+  if (!queue.owns_lock() || !hold_later_ || stop_later_ || later_count_ == kLaterSlots) return false;
+  later_[(later_head_ + later_count_++) % kLaterSlots] = Range{lo, hi};
+  queue.unlock();
+  later_cv_.notify_one();
+  return true;
+}
+
+void MemWatch::HoldUnwatches(bool hold) {
+  {
+    std::lock_guard<std::mutex> queue(later_mu_);
+    hold_later_ = hold;
+  }
+  if (!hold) later_cv_.notify_all();
+}
+
+bool MemWatch::UnregisteringLocked(uintptr_t lo, uintptr_t hi) const {
+  for (size_t i = 0; i < unregistering_count_; ++i) {
+    if (unregistering_[i].lo < hi && unregistering_[i].hi > lo) return true;
+  }
+  return false;
+}
+
+void MemWatch::UnwatcherLoop() {
+  ScopedInsideLazypin inside;  // nothing it calls is lazypin's to intercept
+  std::unique_lock<std::mutex> queue(later_mu_);
+  for (;;) {
+    later_cv_.wait(queue, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return (later_count_ != 0 && !hold_later_) || stop_later_;
+    });
+    if (stop_later_) return;
+    const Range r = later_[later_head_];
+    later_head_ = (later_head_ + 1) % kLaterSlots;
+    --later_count_;
+    queue.unlock();
+    Range pieces[kPieces];
+    size_t n;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      n = UnwatchLocked(r.lo, r.hi, pieces, kPieces);
+      for (size_t i = 0; i < n; ++i) unregistering_[i] = pieces[i];
+      unregistering_count_ = n;
+    }
+    // Without mu_: a Watch elsewhere (a program's register) does not wait
+    // for this page walk; one overlapping these pages does (Watch).
+    for (size_t i = 0; i < n; ++i) Unregister(pieces[i].lo, pieces[i].hi);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      unregistering_count_ = 0;
+    }
+    unregistered_.notify_all();
+    queue.lock();
+  }
 }
 
 MemWatchCounters MemWatch::Counters() const {

@@ -23,6 +23,9 @@ void ExitHandler() {
 void ForkPrepareHandler() {
   if (g_shim != nullptr) g_shim->BeforeFork();
 }
+void ForkParentHandler() {
+  if (g_shim != nullptr) g_shim->AfterForkInParent();
+}
 void ForkChildHandler() {
   if (g_shim != nullptr) g_shim->InForkChild();
 }
@@ -59,7 +62,7 @@ void Shim::InstallHandlersOnce() {
   }
   for (const std::string& warning : said_at_first_call_) fprintf(stderr, "%s\n", warning.c_str());
   atexit(ExitHandler);
-  pthread_atfork(ForkPrepareHandler, nullptr, ForkChildHandler);
+  pthread_atfork(ForkPrepareHandler, ForkParentHandler, ForkChildHandler);
   for (int sig : {SIGTERM, SIGINT}) {  // the log's last records on a fatal signal
     struct sigaction old;
     if (sigaction(sig, nullptr, &old) == 0 && !(old.sa_flags & SA_SIGINFO) &&
@@ -130,9 +133,16 @@ void Shim::BeforeFork() {
   const ShimState* state = PublishedState();
   if (state == nullptr || state->dispatch == nullptr) return;
   ScopedInsideLazypin inside;
+  // The kernel watch's part of these releases waits until the fork is made
+  // (it would hold the mmap lock that fork needs).
+  if (watch_) watch_->HoldUnwatches(true);
   pool_->ReleaseAll(EvictReason::kFork);
   // Pinned blocks the program freed are not copied into the child either.
   if (host_cache_) host_cache_->ReleaseAll(EvictReason::kFork);
+}
+
+void Shim::AfterForkInParent() {
+  if (watch_) watch_->HoldUnwatches(false);
 }
 
 void Shim::InForkChild() {

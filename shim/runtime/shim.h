@@ -52,6 +52,7 @@ class Shim {
   void AtExit();
   void OnSignal(int sig);
   void BeforeFork();
+  void AfterForkInParent();
   void InForkChild();
   // True in a copy of the process that fork's handlers did not reach.
   // Async-signal-safe.

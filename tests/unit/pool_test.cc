@@ -328,6 +328,16 @@ TEST_F(PoolTest, ReleaseAllBeforeForkReleasesDeferredAndKeepsInUse) {
   EXPECT_EQ(Unreg(kB).action, Action::kDeferred);
 }
 
+TEST_F(PoolTest, ABatchOfReleasesWaitsOncePerContext) {
+  Defer(kA, kPage);
+  Defer(kB, kPage);
+  Defer(kC, kPage, 0, kCtx2);
+  EXPECT_EQ(pool_->ReleaseAll(EvictReason::kFork), 3);
+  EXPECT_THAT(driver_.eviction_ctx, ElementsAre(kCtx1, kCtx1, kCtx2));
+  EXPECT_THAT(driver_.after_wait, ElementsAre(false, true, false))
+      << "the second release of kCtx1 follows the first's wait; kCtx2's waits";
+}
+
 TEST_F(PoolTest, OutOfMemoryReleasesEverythingPooledAndRetriesOnce) {
   Defer(kA, kPage);
   Defer(kB, kPage);
