@@ -1,5 +1,5 @@
 // pageable.cu: host<->device copy times from pageable (malloc'd) memory and
-// from memory kept pinned, per size and direction: the table of issue 19.
+// from memory kept pinned, per size and direction.
 // Run it bare and under LAZYPIN_MODE=defer LAZYPIN_AUTOPIN=1 (scripts/gpu-suite
 // --only pageable does both): with auto-pin, the "pageable" rows should move
 // to the pinned rows' rate after the first copy.

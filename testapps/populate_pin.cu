@@ -1,4 +1,4 @@
-// populate_pin: GPU-only benchmark for issue 18's "faster first pins". A
+// populate_pin: GPU-only benchmark for faster first pins. A
 // first cudaHostRegister of fresh malloc'd memory makes the driver fault
 // every page in, on the calling thread. Does faulting them in first with N
 // threads (madvise(MADV_POPULATE_WRITE) on N chunks: contents unchanged)

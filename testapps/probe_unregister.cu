@@ -1,4 +1,4 @@
-// probe_unregister: GPU-only probe for issue 16's "the program's own
+// probe_unregister: GPU-only probe for "the program's own
 // unregister while the GPU is busy" (goal: median < 5 us in defer mode with
 // LAZYPIN_UNREGISTER_WAIT=0). It times, one by one (median of many), every
 // driver call and system call that lazypin's unregister path makes or might

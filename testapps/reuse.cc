@@ -1,4 +1,4 @@
-// reuse: the allocate/pin/unpin/free cycle of issue 18 (PyTorch's pinned
+// reuse: the allocate/pin/unpin/free cycle (PyTorch's pinned
 // allocator with pinned_use_cuda_host_register, checkpoint loaders): malloc,
 // fill, cudaHostRegister, copy to the device and back, cudaHostUnregister,
 // free, again. Knows nothing of lazypin; every line it prints but RESULT is

@@ -1,5 +1,5 @@
-// transparent.cu: what a program observes around memory it has unregistered
-// (issue 14). One case per run (--case NAME); without --case it runs every
+// transparent.cu: what a program observes around memory it has unregistered.
+// One case per run (--case NAME); without --case it runs every
 // case, each in a fresh process (some change the process's CUDA state for good).
 // Every line is what the program can see: return codes, a verdict on bytes,
 // cudaStreamQuery right after an unregister, whether a context is current and

@@ -1,5 +1,5 @@
 // unseen.cc: pages that change under a registration through paths no PLT hook
-// sees (issue 13). For each path: register a buffer, fill it, copy it to the
+// sees. For each path: register a buffer, fill it, copy it to the
 // device, unregister; change its pages by that path; map new memory at the
 // same address with different bytes; then (--then):
 //   register  register it again, copy it to the device and back, and compare;

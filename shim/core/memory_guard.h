@@ -1,5 +1,5 @@
 // memory_guard: what happens when memory may leave the process while the
-// pool holds registrations (BRIEF.md, hazard 1). The memory hooks
+// pool holds registrations (every way it can leave). The memory hooks
 // (hooks_memory.cc) are each a fast path and one call here; the shim
 // publishes the guard only in defer mode.
 //

@@ -1,4 +1,4 @@
-// auto_pin: pinned speed for pageable copies (LAZYPIN_AUTOPIN, issue 19).
+// auto_pin: pinned speed for pageable copies (LAZYPIN_AUTOPIN).
 // Before a host<->device copy whose host side is pageable, private anonymous
 // memory of at least LAZYPIN_AUTOPIN_MIN bytes, lazypin registers that range
 // through the pool (Pool::AutoPin) as an entry the program never registered:

@@ -1,5 +1,5 @@
-// hooks_memory: every path by which memory leaves the process (BRIEF.md,
-// hazard 1) tells the MemoryGuard first, then calls the real function. Each
+// hooks_memory: every path by which memory leaves the process tells the
+// MemoryGuard first, then calls the real function. Each
 // hook is its fast path (the published state, its guard, and whether
 // anything is pooled: null unless deferring) and one call into the guard.
 // glibc's free and realloc unmap or trim memory internally, where no PLT hook

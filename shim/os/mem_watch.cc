@@ -4,18 +4,18 @@
 // already taken away):
 //  1. An unmapping thread A waits in the kernel until its event E is read from
 //     the descriptor (by the reader or by a Drain).
-//  2. The reader thread reads and pushes inside a session: `reading_` is odd
+//  2. The reader thread reads and pushes inside a pass: `reading_` is odd
 //     from before its read until after its push. A Drain applies what its own
 //     read returns itself, and holds apply_mu_ from before its read until
 //     after its last apply.
 //  3. A Drain by thread B reads first (non-blocking), then waits until the
-//     reader is in no session that began before, then pops the ring: every
-//     event read before B's read ended is seen, by the reader (its session
+//     reader is in no pass that began before, then pops the ring: every
+//     event read before B's read ended is seen, by the reader (its pass
 //     began before B's read returned EAGAIN, so it is pushed when B pops) or
 //     by B itself; and so is every event the kernel had queued when B's read
 //     began, even while A still waits (another thread may have mapped and
 //     registered the freed address meanwhile).
-//  4. A full ring sets `overflow_` inside a session, so B sees it and applies
+//  4. A full ring sets `overflow_` inside a pass, so B sees it and applies
 //     everything.
 // The reader never takes apply_mu_ or any lock of the pool's, and a Drain
 // holds nothing the reader needs: a signal handler that unmaps on a thread
@@ -249,7 +249,7 @@ void MemWatch::ReaderLoop() {
     if (stop_.load(std::memory_order_acquire)) return;
     if (r < 0) continue;  // EINTR (signals are blocked here) or ENOMEM: poll again
     if (fds[0].revents & POLLIN) {
-      reading_.fetch_add(1, std::memory_order_seq_cst);  // odd: in a session
+      reading_.fetch_add(1, std::memory_order_seq_cst);  // odd: in a pass
       ReadEvents([this](const Event& e) {
         if (!Push(e)) {
           overflow_.store(true, std::memory_order_release);
@@ -337,7 +337,7 @@ void MemWatch::DrainSlow(absl::FunctionRef<void(uintptr_t, uintptr_t)> apply) {
   if (abandoned_.load(std::memory_order_relaxed)) return;
   std::lock_guard<std::mutex> applying(apply_mu_);
   ReadEvents([&](const Event& e) { Apply(e, false, apply); });
-  // The reader's session in progress, if any, may hold events queued before
+  // The reader's pass in progress, if any, may hold events queued before
   // the read above returned: let it push them.
   const uint32_t seen = reading_.load(std::memory_order_seq_cst);
   if (seen % 2 != 0) {

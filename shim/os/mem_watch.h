@@ -171,7 +171,7 @@ class MemWatch {
   std::atomic<uint64_t> ring_tail_{0};  // next to push
   std::atomic<bool> overflow_{false};
 
-  // The reader's sessions: odd from before its read until after its push.
+  // The reader's read passes: odd from before its read until after its push.
   std::atomic<uint32_t> reading_{0};
   std::mutex apply_mu_;  // Drain: across read, pop and apply (consumers serialized)
   std::mutex mu_;        // the runs

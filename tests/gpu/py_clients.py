@@ -3,7 +3,7 @@
     python3 py_clients.py torch|torch_pinned|torch_hostalloc|cupy|numba
     python3 py_clients.py torch_loop|cupy_loop|numba_loop [SIZES]
 
-The *_loop clients (issue 19, LAZYPIN_AUTOPIN) copy ordinary pageable arrays,
+The *_loop clients (LAZYPIN_AUTOPIN) copy ordinary pageable arrays,
 which nobody pins: PyTorch .cuda()/.cpu(), CuPy asarray/asnumpy, numba
 to_device/copy_to_host, repeated on 4 MiB, 256 MiB and 1 GiB (SIZES: a comma
 list of MiB), checking the bytes. Their times go to stderr as

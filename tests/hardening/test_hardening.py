@@ -1,4 +1,4 @@
-"""Hardening (issue 7): lazypin under threads, re-entrancy, process life events,
+"""Hardening: lazypin under threads, re-entrancy, process life events,
 other allocators, hostile configuration and memory exhaustion.
 
 Programs from tests/hardening/apps/ (and testapps/) run with the shim preloaded
@@ -308,7 +308,7 @@ class ProcessLife(Base):
         self.assertEqual(summaries[0]["ended_by"], "exit")
 
     def test_clone_child_without_fork_handlers(self):
-        # Issue 15: a child made by clone()/clone3 runs no pthread_atfork
+        # a child made by clone()/clone3 runs no pthread_atfork
         # handler. It frees the parent's pooled buffer and registers another:
         # lazypin must notice the new process (no collector thread there, the
         # pool's lock possibly held by a parent thread) and pass through, and
@@ -335,7 +335,7 @@ class ProcessLife(Base):
                bare.out.strip().splitlines()[0])
 
     def test_child_signal_wait_status_as_bare(self):
-        # Issue 15: a forked (no exec) or cloned child that gets SIGTERM/SIGINT
+        # a forked (no exec) or cloned child that gets SIGTERM/SIGINT
         # dies of it with the same wait status as without lazypin; a handler the
         # program installed (before lazypin set up, or after) runs in the child.
         # "now": the signal may land before fork's child handler has run.
@@ -409,7 +409,7 @@ class Allocators(Base):
         self.assertFalse(self.torture(LIB + ":" + TCMALLOC))
 
     def canaries(self, label, app, preload):
-        """Issue 15: pooled blocks of 1 and 8 bytes freed next to canary blocks,
+        """pooled blocks of 1 and 8 bytes freed next to canary blocks,
         32 rounds each; every canary intact, as without lazypin."""
         argv = [happ(app), "--rounds", "32", "--sizes", "1,8"]
         bare = self.run_app(argv, shim=False, preload=preload if preload != LIB else None)
@@ -720,7 +720,7 @@ class LogPath(Base):
         self.taken_name(setup)
 
     def test_three_processes_one_fixed_name(self):
-        # Issue 17, "Every process kept": each process keeps its own complete log.
+        # each process keeps its own complete log.
         path = os.path.join(self.dir, "same.jsonl")
         for mode in self.MODES:
             for old in glob.glob(os.path.join(self.dir, "same*")):

@@ -1,4 +1,4 @@
-"""LAZYPIN_AUTOPIN (issue 19) on the simulated stack: testapps/autopin.cc copies
+"""LAZYPIN_AUTOPIN on the simulated stack: testapps/autopin.cc copies
 from pageable memory through every door and copy form, and must print exactly
 what it prints without lazypin, while the log says lazypin pinned the memory.
 The sim queues copies of pinned memory behind the stream's work (a busy

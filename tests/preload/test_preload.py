@@ -174,7 +174,7 @@ class PreloadTest(AppTestCase):
         # Frees of pooled memory: to the collector, or parked for a later malloc.
         self.assertGreater(evictions.get("free", 0) + summary["pool"]["parked"], 0, summary["pool"])
 
-    # Pages changed by paths no hook sees (issue 13): raw system calls, glibc's
+    # Pages changed by paths no hook sees: raw system calls, glibc's
     # and ld.so's own unmaps, process_madvise, guard regions, shared memfd
     # truncation, remap_file_pages, shmdt of a split segment. The stale-frame
     # detector counts every copy through a registration whose frames changed.
@@ -535,7 +535,7 @@ TRANSPARENT_CASES = ("wait", "pageable", "remap", "noctx", "primary", "thread", 
 
 
 class TransparentTest(AppTestCase):
-    """testapps/transparent.cu (issue 14): what the program observes around memory it
+    """testapps/transparent.cu: what the program observes around memory it
     has unregistered must be the bare run's, in log and in defer mode. Each case runs
     in a process of its own; the simulated driver keeps its durations on so that a
     launch keeps its stream busy (SIMCUDA_KERNEL_US) and async copies land late."""
@@ -600,7 +600,7 @@ class TransparentTest(AppTestCase):
                 self.check_mode(case, "log")
 
     # Defer mode, one method per case. expectedFailure: the shim still differs
-    # there (issue 14: an unregister during another thread's capture).
+    # there (an unregister during another thread's capture).
     def test_defer_wait(self):
         self.check_mode("wait", "defer")
 

@@ -1,4 +1,4 @@
-"""Freed pinned blocks come back (issue 18, item 1; LAZYPIN_REUSE_FREED).
+"""Freed pinned blocks come back (LAZYPIN_REUSE_FREED).
 
 testapps/reuse runs the allocate/pin/unpin/free cycle and the allocator's
 semantics around it on the simulated stack, bare and under the shim: what it

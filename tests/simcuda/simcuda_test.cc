@@ -661,7 +661,7 @@ TEST(CostModel, UnregisterWaitsForInFlightWorkRegisterDoesNot) {
   (void)cudaGetLastError();
 }
 
-// Issue 14: what the driver does for work in flight, pageable copies, page
+// what the driver does for work in flight, pageable copies, page
 // protection, contexts and stream capture (measured on the H200).
 class InFlight : public ::testing::Test {
  protected:

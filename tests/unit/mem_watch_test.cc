@@ -1,5 +1,5 @@
 // mem_watch: every path by which the kernel takes pages from a watched range
-// must reach Drain() once its system call has returned (issue 13, section 1).
+// must reach Drain() once its system call has returned.
 // Skipped, with the kernel's reason, where userfaultfd is refused.
 #include "mem_watch.h"
 

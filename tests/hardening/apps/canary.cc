@@ -1,4 +1,4 @@
-// canary.cc: frees of pooled small blocks next to canary blocks (issue 15).
+// canary.cc: frees of pooled small blocks next to canary blocks.
 // Allocators other than glibc's (jemalloc, tcmalloc, a program's own) keep
 // blocks of 1 or 8 bytes side by side; whatever lazypin does when such a block
 // is freed must leave its neighbours alone.
