@@ -150,9 +150,16 @@ void Dispatch::AfterPrimaryContextRelease(int device) {
   if (pool_ != nullptr) pool_->DropDevice(device, /*forget_in_use=*/true);
 }
 
-void Dispatch::SynchronizeIfDeferred(uintptr_t lo, uintptr_t hi, void* stream) {
+bool Dispatch::HoldsDeferred(uintptr_t lo, uintptr_t hi) {
   ScopedInsideLazypin inside;
-  if (pool_->HoldsDeferred(lo, hi)) env_->SynchronizeStream(stream);
+  return pool_->HoldsDeferred(lo, hi);
+}
+
+void Dispatch::SynchronizeIfDeferred(uintptr_t lo, uintptr_t hi, void* stream) {
+  if (HoldsDeferred(lo, hi)) {
+    ScopedInsideLazypin inside;
+    env_->SynchronizeStream(stream);
+  }
 }
 
 void Dispatch::ApplyPageChangesBeforeCopy(uintptr_t lo, uintptr_t hi) {

@@ -349,6 +349,8 @@ bool ops_done_through(int64_t t) {
   return ops_done_through_locked(w, t);
 }
 
+void queue_on_device(int64_t due, std::function<void()> op);
+
 // Runs op when the device reaches time `due`.
 void run_at(int64_t due, std::function<void()> op) {
   if (due <= now_ns()) {
@@ -356,6 +358,11 @@ void run_at(int64_t due, std::function<void()> op) {
     op();
     return;
   }
+  queue_on_device(due, std::move(op));
+}
+
+// Runs op on the device thread, at time `due` or after the work due before it.
+void queue_on_device(int64_t due, std::function<void()> op) {
   Work& w = *g_work;
   std::lock_guard<std::mutex> l(w.mu);
   if (w.thread_pid != getpid()) {
@@ -1924,6 +1931,20 @@ API CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int 
   return CUDA_SUCCESS;
 }
 
+// A host function runs on the device thread when its stream reaches it; the
+// stream's later work (and whatever waits for it) waits until it returns, so
+// a function that waits for the program holds the stream as on a GPU.
+API CUresult CUDAAPI cuLaunchHostFunc(CUstream s, CUhostFn fn, void* data) {
+  if (CUresult rc = need_ctx()) return rc;
+  if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  {
+    std::lock_guard<std::mutex> l(g().mu);
+    if (!valid_stream_locked(s)) return CUDA_ERROR_INVALID_HANDLE;
+  }
+  queue_on_device(enqueue(s, 0), [fn, data] { fn(data); });
+  return CUDA_SUCCESS;
+}
+
 // ------------------------------------------------------- error strings ----
 API CUresult CUDAAPI cuGetErrorString(CUresult e, const char** p) {
   if (!p) return CUDA_ERROR_INVALID_VALUE;
@@ -2040,6 +2061,7 @@ const ProcEntry kProcs[] = {
     P("cuEventDestroy", 2000, cuEventDestroy),
     P("cuEventDestroy", 4000, cuEventDestroy_v2),
     P("cuLaunchKernel", 4000, cuLaunchKernel),
+    P("cuLaunchHostFunc", 10000, cuLaunchHostFunc),
     P("cuGetErrorString", 6000, cuGetErrorString),
     P("cuGetErrorName", 6000, cuGetErrorName),
 };
