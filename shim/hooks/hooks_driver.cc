@@ -514,7 +514,7 @@ CUresult StagedHtoD(Dispatch* dispatch, CUdeviceptr dst, uintptr_t src, size_t b
 
 // The 1D async host-to-device forms, twice (legacy stream, `_ptsz`): as
 // COPY_HOOKS, but a source the program unregistered is staged (StagedHtoD).
-// Auto-pin leaves their source alone: a staged copy would not use the pin.
+// An auto-pinned source is deferred too, so it is staged as well.
 #define STAGED_COPY_HOOK(NAME, HOOKED, S)                                                \
   HOOK(HOOKED, CUresult, DriverSymbol, COPY_PARAMS_##NAME) {                             \
     CUresult result = kRecordedCopy;                                                     \
@@ -604,11 +604,10 @@ CUresult StagedHtoD(Dispatch* dispatch, CUdeviceptr dst, uintptr_t src, size_t b
 #define AFTER_ANY(s) (AfterCopy(result, src, bytes, s), AfterCopy(result, dst, bytes, s))
 #define AFTER_2D(s) AfterCopy2D(result, copy, s)
 #define AFTER_3D(s) AfterCopy3D(result, copy, s)
-#define BEFORE_STAGED_cuMemcpyHtoDAsync_v2(api) GuardCopySide(HostAddr(src), bytes)
+#define BEFORE_STAGED_cuMemcpyHtoDAsync_v2 BEFORE_HTOD
 #define AFTER_STAGED_cuMemcpyHtoDAsync_v2 AFTER_HTOD
 #define AFTER_DST_cuMemcpyHtoDAsync_v2(s)
-#define BEFORE_STAGED_cuMemcpyAsync(api) \
-  (GuardCopySide(src, bytes), BeforeCopy(api, V, UnifiedSide(dst, bytes), CopySide{}))
+#define BEFORE_STAGED_cuMemcpyAsync BEFORE_ANY
 #define AFTER_STAGED_cuMemcpyAsync AFTER_ANY
 #define AFTER_DST_cuMemcpyAsync(s) AfterCopy(result, dst, bytes, s)
 STAGED_COPY_HOOKS(cuMemcpyHtoDAsync_v2)
