@@ -150,6 +150,11 @@ void Dispatch::AfterPrimaryContextRelease(int device) {
   if (pool_ != nullptr) pool_->DropDevice(device, /*forget_in_use=*/true);
 }
 
+bool Dispatch::StreamIdle(void* stream) {
+  ScopedInsideLazypin inside;
+  return env_->StreamIdle(stream);
+}
+
 bool Dispatch::HoldsDeferred(uintptr_t lo, uintptr_t hi) {
   ScopedInsideLazypin inside;
   return pool_->HoldsDeferred(lo, hi);

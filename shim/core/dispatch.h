@@ -77,6 +77,10 @@ class DispatchEnv {
   // Waits for the work queued on `stream` (a copy just submitted to it),
   // unless the stream is being captured.
   virtual void SynchronizeStream(void* stream) = 0;
+  // Whether `stream` has no work in flight (cuStreamQuery: 0). Asked only
+  // where no capture is in progress anywhere (a query could invalidate one);
+  // false when unknown.
+  virtual bool StreamIdle(void* stream) { return false; }
 };
 
 // Open while a runtime call is in cudart: the driver calls cudart makes on
@@ -167,6 +171,10 @@ class Dispatch {
   bool CopiesFromDeferred(uintptr_t lo, uintptr_t hi) {
     return pool_ != nullptr && pool_->MaybeHolds(lo, hi) && HoldsDeferred(lo, hi);
   }
+  // Whether `stream` has no work in flight (DispatchEnv::StreamIdle): then
+  // such a copy may run pinned and be waited for (AfterAsyncCopy), a wait
+  // for nothing but itself.
+  bool StreamIdle(void* stream);
 
   // A copy is about to move host memory [lo, hi) (every copy form,
   // hooks_driver.cc). The driver copies through a registration it holds, so

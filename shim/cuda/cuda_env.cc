@@ -15,6 +15,7 @@ real::Lazy<CUresult (*)()> g_ctx_synchronize;
 real::Lazy<CUresult (*)(CUdevice, unsigned*, int*)> g_primary_get_state;
 real::Lazy<CUresult (*)(CUstream, CUstreamCaptureStatus*)> g_stream_is_capturing;
 real::Lazy<CUresult (*)(CUstream)> g_stream_synchronize;
+real::Lazy<CUresult (*)(CUstream)> g_stream_query;
 real::Lazy<CUresult (*)(CUstreamCaptureMode*)> g_capture_mode;
 
 }  // namespace
@@ -69,6 +70,12 @@ void CudaEnv::SynchronizeStream(void* stream) {
   const CUstream s = static_cast<CUstream>(stream);
   if (is_capturing(s, &status) != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE) return;
   synchronize(s);
+}
+
+bool CudaEnv::StreamIdle(void* stream) {
+  if (Captures().Any()) return false;
+  auto query = g_stream_query.Get(&real::Driver, "cuStreamQuery");
+  return query != nullptr && query(static_cast<CUstream>(stream)) == CUDA_SUCCESS;
 }
 
 int CudaEnv::DriverVersion() {

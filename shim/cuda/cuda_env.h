@@ -19,6 +19,7 @@ class CudaEnv : public DispatchEnv {
   int WaitForDevice(Context ctx) override;
   bool PrimaryContextActive(int device) override;
   void SynchronizeStream(void* stream) override;
+  bool StreamIdle(void* stream) override;
 
   // cuDriverGetVersion's answer, 0 when unknown.
   int DriverVersion();

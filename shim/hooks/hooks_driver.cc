@@ -454,12 +454,15 @@ void AfterBatch3D(CUresult result, size_t count, const CUDA_MEMCPY3D_BATCH_OP* o
 // stream may wait on the program's own later action). Memory the program
 // unregistered that lazypin holds registered would be copied as pinned,
 // later, and synchronizing the stream instead waits for that earlier work.
-// So the 1D forms read such a source now into lazypin's own pageable scratch
+// On a stream with work in flight (Dispatch::StreamIdle false, or unknown),
+// the 1D forms read such a source now into lazypin's own pageable scratch
 // (ReadOwnMemory: a source that cannot be read is no fault) and issue the real
 // copy from there, in chunks of at most kStageChunk bytes: each is a pageable
 // copy, staged by the driver when it returns, so the scratch is then unmapped.
 // Where no scratch can be had, or the source cannot be read, the rest is
-// issued as the program asked and its stream synchronized (AfterCopy).
+// issued as the program asked and its stream synchronized (AfterCopy). On an
+// idle stream the copy runs as asked (pinned: the fast path auto-pin is for)
+// and the synchronize after it waits for that copy alone.
 constexpr size_t kStageChunk = size_t{8} << 20;
 
 // The dispatch where the source [src, src + bytes) of an async host-to-device
@@ -520,7 +523,8 @@ CUresult StagedHtoD(Dispatch* dispatch, CUdeviceptr dst, uintptr_t src, size_t b
     CUresult result = kRecordedCopy;                                                     \
     if (RecordingCapture(S) != 0) AFTER_STAGED_##NAME(S);                                \
     BEFORE_STAGED_##NAME(#HOOKED);                                                       \
-    if (Dispatch* dispatch = StagingDispatch(uintptr_t(src), bytes)) {                   \
+    Dispatch* dispatch = StagingDispatch(uintptr_t(src), bytes);                         \
+    if (dispatch != nullptr && !dispatch->StreamIdle(S)) {                               \
       result = StagedHtoD(dispatch, dst, uintptr_t(src), bytes, S,                       \
                           [&](CUdeviceptr d, uintptr_t from, size_t n) {                 \
                             return real(d, (decltype(src))(from), n, stream);            \
