@@ -77,7 +77,9 @@ class DispatchEnv {
   // Waits for the work queued on `stream` (a copy just submitted to it),
   // unless the stream is being captured.
   virtual void SynchronizeStream(void* stream) = 0;
-  // Whether `stream` has no work in flight (cuStreamQuery: 0). Asked only
+  // Whether `stream` has no work in flight (cuStreamQuery: 0), nor work it
+  // would wait for (the legacy default stream's, unless it is non-blocking;
+  // the null stream counts as legacy, the conservative choice). Asked only
   // where no capture is in progress anywhere (a query could invalidate one);
   // false when unknown.
   virtual bool StreamIdle(void* stream) { return false; }

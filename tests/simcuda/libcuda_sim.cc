@@ -1714,6 +1714,14 @@ API CUresult CUDAAPI cuStreamSynchronize(CUstream s) {
   return CUDA_SUCCESS;
 }
 
+API CUresult CUDAAPI cuStreamGetFlags(CUstream s, unsigned int* flags) {
+  if (CUresult rc = need_ctx()) return rc;
+  if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult rc = stream_check(s)) return rc;
+  *flags = is_legacy(s) ? 0 : s->flags;
+  return CUDA_SUCCESS;
+}
+
 // 600 while any of the stream's work is in flight (not yet reached or not yet run).
 API CUresult CUDAAPI cuStreamQuery(CUstream s) {
   if (CUresult rc = need_ctx()) return rc;
@@ -2040,6 +2048,7 @@ const ProcEntry kProcs[] = {
     P("cuStreamDestroy", 4000, cuStreamDestroy_v2),
     P("cuStreamSynchronize", 2000, cuStreamSynchronize),
     P("cuStreamQuery", 2000, cuStreamQuery),
+    P("cuStreamGetFlags", 5050, cuStreamGetFlags),
     P("cuStreamWaitEvent", 3020, cuStreamWaitEvent),
     P("cuStreamBeginCapture", 10000, cuStreamBeginCapture),
     P("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2),
