@@ -462,7 +462,9 @@ void AfterBatch3D(CUresult result, size_t count, const CUDA_MEMCPY3D_BATCH_OP* o
 // Where no scratch can be had, or the source cannot be read, the rest is
 // issued as the program asked and its stream synchronized (AfterCopy). On an
 // idle stream the copy runs as asked (pinned: the fast path auto-pin is for)
-// and the synchronize after it waits for that copy alone.
+// and the synchronize after it waits for that copy alone. While a capture is
+// in progress nothing is staged (a recorded copy would name the scratch):
+// the copy runs as asked, and a stream that is not capturing is synchronized.
 constexpr size_t kStageChunk = size_t{8} << 20;
 
 // The dispatch where the source [src, src + bytes) of an async host-to-device
@@ -524,7 +526,7 @@ CUresult StagedHtoD(Dispatch* dispatch, CUdeviceptr dst, uintptr_t src, size_t b
     if (RecordingCapture(S) != 0) AFTER_STAGED_##NAME(S);                                \
     BEFORE_STAGED_##NAME(#HOOKED);                                                       \
     Dispatch* dispatch = StagingDispatch(uintptr_t(src), bytes);                         \
-    if (dispatch != nullptr && !dispatch->StreamIdle(S)) {                               \
+    if (dispatch != nullptr && !Captures().Any() && !dispatch->StreamIdle(S)) {          \
       result = StagedHtoD(dispatch, dst, uintptr_t(src), bytes, S,                       \
                           [&](CUdeviceptr d, uintptr_t from, size_t n) {                 \
                             return real(d, (decltype(src))(from), n, stream);            \
