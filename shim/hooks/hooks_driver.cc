@@ -457,15 +457,42 @@ void AfterBatch3D(CUresult result, size_t count, const CUDA_MEMCPY3D_BATCH_OP* o
 // On a stream with work in flight (Dispatch::StreamIdle false, or unknown),
 // the 1D forms read such a source now into lazypin's own pageable scratch
 // (ReadOwnMemory: a source that cannot be read is no fault) and issue the real
-// copy from there, in chunks of at most kStageChunk bytes: each is a pageable
-// copy, staged by the driver when it returns, so the scratch is then unmapped.
+// copy from there, in chunks of kStageChunk bytes: each is a pageable copy,
+// staged by the driver when it returns, so the scratch may then be reused.
+// The scratch is the thread's own, mapped at its first staged copy and kept
+// until the thread ends (a fresh mapping per copy cost 4x more in page faults).
 // Where no scratch can be had, or the source cannot be read, the rest is
 // issued as the program asked and its stream synchronized (AfterCopy). On an
 // idle stream the copy runs as asked (pinned: the fast path auto-pin is for)
 // and the synchronize after it waits for that copy alone. While a capture is
 // in progress nothing is staged (a recorded copy would name the scratch):
 // the copy runs as asked, and a stream that is not capturing is synchronized.
-constexpr size_t kStageChunk = size_t{8} << 20;
+constexpr size_t kStageChunk = size_t{1} << 20;
+
+// This thread's scratch (kStageChunk bytes), or null where none can be had.
+void* ThreadScratch(Dispatch* dispatch) {
+  struct Scratch {
+    void* p = nullptr;
+    bool tried = false;
+    ~Scratch() { UnmapScratch(p, kStageChunk); }
+  };
+  static thread_local Scratch t_scratch;
+  if (!t_scratch.tried) {
+    t_scratch.tried = true;
+    void* p = MapScratch(kStageChunk);
+    if (p == nullptr) return nullptr;
+    // Fresh memory the pool cannot hold, unless the kernel watch has yet to
+    // report that the program unmapped a deferred range there.
+    const uintptr_t lo = HostAddr(p);
+    dispatch->BeforeCopy(lo, RangeEnd(lo, kStageChunk));
+    if (dispatch->CopiesFromDeferred(lo, RangeEnd(lo, kStageChunk))) {
+      UnmapScratch(p, kStageChunk);
+      return nullptr;
+    }
+    t_scratch.p = p;
+  }
+  return t_scratch.p;
+}
 
 // The dispatch where the source [src, src + bytes) of an async host-to-device
 // copy overlaps memory the program unregistered; else null. One relaxed load
@@ -488,28 +515,16 @@ Dispatch* StagingDispatch(uintptr_t src, size_t bytes) {
 template <typename Issue>
 CUresult StagedHtoD(Dispatch* dispatch, CUdeviceptr dst, uintptr_t src, size_t bytes,
                     CUstream stream, Issue issue) {
-  const size_t chunk = bytes < kStageChunk ? bytes : kStageChunk;
-  void* scratch = MapScratch(chunk);
-  if (scratch != nullptr) {
-    // Fresh memory the pool cannot hold, unless the kernel watch has yet to
-    // report that the program unmapped a deferred range there.
-    const uintptr_t lo = HostAddr(scratch);
-    dispatch->BeforeCopy(lo, RangeEnd(lo, chunk));
-    if (dispatch->CopiesFromDeferred(lo, RangeEnd(lo, chunk))) {
-      UnmapScratch(scratch, chunk);
-      scratch = nullptr;
-    }
-  }
+  void* scratch = ThreadScratch(dispatch);
   size_t done = 0;
   CUresult result = CUDA_SUCCESS;
   while (scratch != nullptr && done < bytes) {
-    const size_t n = bytes - done < chunk ? bytes - done : chunk;
+    const size_t n = bytes - done < kStageChunk ? bytes - done : kStageChunk;
     if (!ReadOwnMemory(scratch, reinterpret_cast<const void*>(src + done), n)) break;
     result = issue(dst + done, HostAddr(scratch), n);
     if (result != CUDA_SUCCESS) break;
     done += n;
   }
-  UnmapScratch(scratch, chunk);
   if (done == bytes || result != CUDA_SUCCESS) return result;
   result = issue(dst + done, src + done, bytes - done);
   AfterCopy(result, src + done, bytes - done, stream);
