@@ -8,7 +8,8 @@ why it did not save more (advice), and which code pins (call sites).
 Logs are streamed: each record updates a latency histogram of its group and is
 dropped, so memory does not grow with the number of records.
 Standard library only; matplotlib is imported lazily, for --plot alone.
-Exit status: 0 report printed (with warnings, if any); 2 bad usage or unusable input.
+Exit status: 0 report printed (with warnings, if any); 1 printed, but the
+--plot asked for not written; 2 bad usage or unusable input.
 """
 
 import argparse
@@ -46,7 +47,7 @@ RESULT_NAMES = {0: "success", 1: "invalid value", 2: "out of memory",
 
 EVICT_REASONS = ("lru", "idle", "overlap", "make_room", "query", "free", "realloc",
                  "munmap", "mremap", "mmap_fixed", "madvise", "brk", "shmdt",
-                 "shmat", "context", "pfn", "exit")
+                 "shmat", "context", "pfn", "exit", "pressure")
 # evictions because the memory left the process (the program freed it)
 FREE_REASONS = ("free", "realloc", "munmap", "mremap", "mmap_fixed", "madvise", "brk", "shmdt")
 
@@ -55,6 +56,8 @@ STAT_KEYS = ("calls", "errors", "bytes", "total_ns",
 
 # how many distinct addresses per process the pattern rules remember
 PTR_MEMORY = 1 << 20
+# evictions remembered per thread to find those made inside a call (the shim's kRecentEvictions)
+RECENT_EVICTIONS = 16
 
 
 class ReportError(Exception):
@@ -161,13 +164,14 @@ def hist_midpoint(i):
 
 class Agg:
     """Calls (or evictions) of one group: counts, bytes, time, a histogram."""
-    __slots__ = ("n", "errors", "bytes", "total", "max", "b", "waited", "forced")
+    __slots__ = ("n", "errors", "bytes", "total", "sq", "max", "b", "waited", "forced")
 
     def __init__(self):
         self.n = 0
         self.errors = 0
         self.bytes = 0
         self.total = 0
+        self.sq = 0             # sum of squared latencies (the saving's spread)
         self.max = 0
         self.b = {}
         self.waited = 0
@@ -176,6 +180,7 @@ class Agg:
     def add(self, lat, nbytes=0, err=False):
         self.n += 1
         self.total += lat
+        self.sq += lat * lat
         self.bytes += nbytes
         if err:
             self.errors += 1
@@ -190,6 +195,7 @@ class Agg:
         self.errors += o.errors
         self.bytes += o.bytes
         self.total += o.total
+        self.sq += o.sq
         self.waited += o.waited
         self.forced += o.forced
         if o.max > self.max:
@@ -421,6 +427,7 @@ class Log:
         self.egroups = {}           # (reason, error, forced, stack) -> Agg
         self.errors = {}            # (code, api) -> count
         self.host_releases = {}     # reason -> host_release records (the host-allocation cache)
+        self.devices = {}           # device -> {"calls", "total_ns", action: count} (several devices)
         self.objects = []           # (base, size, path) of loaded objects
         self.stacks = {}            # stack id -> [frame addresses]
         self.python_lines = {}      # stack id -> "file.py:12 in f" (the Python line that called)
@@ -438,9 +445,20 @@ class Log:
         self.idle_gone = {}         # ptr -> t of its last use, released idle
         self.lru_gone = set()
         self.freed_sizes = {}       # bytes -> freed pooled registrations not yet re-registered
+        # per thread its last RECENT_EVICTIONS evictions (end time, latency), and
+        # (action, size class) -> time of evictions made inside hits and deferrals
+        self.recent_evictions = {}
+        self.in_call_evictions = {}
+        # a bounded log (LAZYPIN_LOG_MAX): where its per-call records end, and
+        # the shim's last tally of the calls after that
+        self.cut_at = None
+        self.log_max = None
+        self.tally = None
         # auto-pins (LAZYPIN_AUTOPIN): {"pins", "failed", "bytes", "register_ns", "apis": {api: n}}
         self.autopin = {"pins": 0, "failed": 0, "bytes": 0, "register_ns": 0, "apis": {}}
-        self.f = {"idle_reuse": 0, "idle_gap_max_ns": 0, "lru_reload": 0, "pattern": 0,
+        self.last_size = {}         # log mode: ptr -> bytes of its last register
+        self.registered = {}        # log mode: (ptr, bytes) -> latency of its last unregister (None: registered)
+        self.f = {"rereg": 0, "rereg_ns": 0, "idle_reuse": 0, "idle_gap_max_ns": 0, "lru_reload": 0, "pattern": 0,
                   "too_big": 0, "too_big_max": 0, "busy": 0, "busy_bytes": 0,
                   "waited_ns": 0, "old_passthrough": 0, "in_call": 0, "ptr_memory_full": False}
 
@@ -490,12 +508,17 @@ class Log:
             if stack is not None and ptr is not None and (
                     ptr in self.site_of or len(self.site_of) < PTR_MEMORY):
                 self.site_of[ptr] = stack
+        if self.mode == "log" and action == "forward" and not err and ptr is not None:
+            self.on_log_mode_call(reg, ptr, nbytes, lat)
         if stack is None and (action == "hit" or action == "deferred") and self.site_of:
             stack = self.site_of.get(ptr)
         elif action == "deferred" and ptr is not None:
             self.last_unregister[ptr] = t
         if evicted:
             self.f["in_call"] += evicted
+            k = (action, sclass)
+            self.in_call_evictions[k] = (self.in_call_evictions.get(k, 0)
+                                         + self.in_call_ns(tid, t, lat, evicted))
         if action == "passthrough" and not reason:
             self.f["old_passthrough"] += 1
         key = (api, action, sclass, err, warm, evicted > 0, reason, stack)
@@ -508,6 +531,25 @@ class Log:
             self.errors[k] = self.errors.get(k, 0) + 1
         if self.top:
             self.offer_slow(lat, t, tid, "call", api, ptr, nbytes, result, action)
+
+    def on_log_mode_call(self, reg, ptr, nbytes, lat):
+        """Log mode: count registers that the pool would have served (the same
+        address and size registered and unregistered before) and their cost."""
+        r = self.registered
+        if reg:
+            key = (ptr, nbytes)
+            prev = r.get(key, False)
+            if prev is not False and prev is not None:
+                self.f["rereg"] += 1
+                self.f["rereg_ns"] += lat + prev
+            if key in r or len(r) < PTR_MEMORY:
+                r[key] = None
+            if ptr in self.last_size or len(self.last_size) < PTR_MEMORY:
+                self.last_size[ptr] = nbytes
+        else:
+            nb = self.last_size.get(ptr)
+            if nb is not None and r.get((ptr, nb), False) is None:
+                r[(ptr, nb)] = lat
 
     def on_real_register(self, t, ptr, nbytes, action):
         f = self.f
@@ -535,8 +577,24 @@ class Log:
             else:
                 f["ptr_memory_full"] = True
 
+    def in_call_ns(self, tid, t, lat, evicted):
+        """The time of the evictions a call of `tid` ending at `t` made inside
+        it (as the shim's Stats::InCallEvictionsNs)."""
+        ns = taken = 0
+        for et, elat in reversed(self.recent_evictions.get(tid, ())):
+            if taken >= evicted:
+                break
+            if t - lat <= et <= t:
+                ns += elat
+                taken += 1
+        return ns
+
     def on_evict(self, t, tid, ptr, nbytes, reason, result, lat, waited, forced, stack):
         self.last_t = t
+        recent = self.recent_evictions.setdefault(tid, [])
+        if len(recent) == RECENT_EVICTIONS:
+            del recent[0]
+        recent.append((t, lat))
         err = result != 0
         key = (reason, err, forced, stack)
         g = self.egroups.get(key)
@@ -581,6 +639,12 @@ class Log:
         """A record parsed by json (anything the fast paths did not take)."""
         kind = rec["type"]
         if kind == "call":
+            if "device" in rec:  # written with several devices only (the fast path takes the rest)
+                d = self.devices.setdefault(as_int(rec.get("device")), {"calls": 0, "total_ns": 0})
+                d["calls"] += 1
+                d["total_ns"] += max(0, as_int(rec.get("latency_ns")))
+                act = str(rec.get("action", "?"))
+                d[act] = d.get(act, 0) + 1
             self.on_call(as_int(rec.get("t_ns")), rec.get("tid"), ptr_int(rec.get("ptr")), str(rec.get("api", "?")),
                          max(0, as_int(rec.get("bytes"))), as_int(rec.get("result")),
                          max(0, as_int(rec.get("latency_ns"))), str(rec.get("action", "?")),
@@ -606,6 +670,11 @@ class Log:
                 a["apis"][api] = a["apis"].get(api, 0) + 1
             else:
                 a["failed"] += 1
+        elif kind == "log_cut":
+            self.cut_at = as_int(rec.get("t_ns"))
+            self.log_max = as_int(rec.get("log_max"), None)
+        elif kind == "tally":
+            self.tally = rec
         elif kind == "header":
             self.on_header(rec, lineno)
         elif kind == "warning":
@@ -696,6 +765,7 @@ class Log:
                             last_unregister[int(m.group(4), 16)] = int(m.group(1))
                         g.n += 1
                         g.total += lat
+                        g.sq += lat * lat
                         if lat > g.max:
                             g.max = lat
                         if lat < 32:
@@ -787,8 +857,85 @@ class Log:
                 % (self.path, skipped, "" if skipped == 1 else "s", first_skipped))
         return content
 
+    def merge_tally(self):
+        """Adds the shim's tally of the calls past the log's bound to the
+        groups read from the records: the tables stay exact."""
+        if self.cut_at is None:
+            return
+        t = self.tally
+        if not isinstance(t, dict):
+            self.reader_warnings.append(
+                "%s: per-call records end at t=%.3f s (LAZYPIN_LOG_MAX) and no tally of the "
+                "calls after it was written (the process ended before its first); tables "
+                "count only the calls before" % (self.path, self.cut_at / 1e9))
+            return
+
+        def agg(r):
+            a = Agg()
+            a.n = max(0, as_int(r.get("n")))
+            a.errors = max(0, as_int(r.get("errors")))
+            a.bytes = max(0, as_int(r.get("bytes")))
+            a.total = max(0, as_int(r.get("total_ns")))
+            sq = r.get("sq")
+            a.sq = sq if isinstance(sq, (int, float)) and not isinstance(sq, bool) else 0
+            a.max = max(0, as_int(r.get("max_ns")))
+            for pair in r.get("hist") or []:
+                if isinstance(pair, list) and len(pair) == 2:
+                    i, n = as_int(pair[0]), as_int(pair[1])
+                    a.b[i] = a.b.get(i, 0) + n
+            return a
+
+        for c in t.get("calls") or []:
+            if not isinstance(c, dict):
+                continue
+            api = str(c.get("api", "?"))
+            action = host_action(api, str(c.get("action", "?")))
+            sclass = c.get("size_class") if isinstance(c.get("size_class"), str) else None
+            result = as_int(c.get("result"))
+            reason = c.get("reason") if isinstance(c.get("reason"), str) else None
+            stack = as_int(c.get("stack"), 0) or None
+            key = (api, action, sclass, result != 0, c.get("warm") is True,
+                   c.get("evicted") is True, reason, stack)
+            a = agg(c)
+            g = self.groups.get(key)
+            if g is None:
+                g = self.groups[key] = Agg()
+            g.merge(a)
+            self.calls += a.n
+            if result != 0:
+                self.errors[(result, api)] = self.errors.get((result, api), 0) + a.n
+            ns = as_int(c.get("in_call_evictions_ns"))
+            if ns:
+                k = (action, sclass)
+                self.in_call_evictions[k] = self.in_call_evictions.get(k, 0) + ns
+        for e in t.get("evictions") or []:
+            if not isinstance(e, dict):
+                continue
+            forced = e.get("forced") is True
+            key = (str(e.get("reason", "?")), e.get("error") is True, forced, None)
+            a = agg(e)
+            if forced:
+                a.forced = a.n
+                self.f["busy"] += a.n
+                self.f["busy_bytes"] += a.bytes
+            g = self.egroups.get(key)
+            if g is None:
+                g = self.egroups[key] = Agg()
+            g.merge(a)
+        t_ns = as_int(t.get("t_ns"))
+        end = as_int((self.summary or {}).get("t_ns"), None)
+        note = ("%s: per-call records end at t=%.3f s (the log's bound, LAZYPIN_LOG_MAX=%s); "
+                "counts, times and histograms after it come from the shim's tally"
+                % (self.path, self.cut_at / 1e9, fmt_bytes(self.log_max) if self.log_max else "?"))
+        if end is not None and t_ns < end and (self.summary or {}).get("ended_by") != "exit":
+            note += " as of t=%.3f s (the process ended at %.3f s, before its next tally)" % (
+                t_ns / 1e9, end / 1e9)
+        self.reader_warnings.append(note)
+        self.last_t = max(self.last_t or 0, t_ns)
+
     def check(self):
         """Warnings about the file as a whole, once it is read."""
+        self.merge_tally()
         path = self.path
         if self.header is None:
             self.reader_warnings.append(
@@ -987,95 +1134,167 @@ def process_info(log):
     }
 
 
-# ---- what the pool saved
+# ---- what the pool saved: the one definition (the shim's Saving, shim/telemetry/stats.h)
 
-def price_tables(logs):
-    """What a call costs without the pool, measured in these logs:
-    registers: per (API, size class), the warm real registers (successful
-    misses and forwards, leaving out each process's first register, which
-    pays for CUDA's start-up, and registers that first evicted pooled memory);
-    unregisters: per API, the successful real ones; evictions (lazypin's own
-    real unregisters) when the API has none."""
+# a price rests on at least this many real calls (the shim's kMinPriceCalls)
+MIN_PRICE_CALLS = 3
+
+
+def _price(agg):
+    """(calls, mean, variance of the mean) of an Agg of real calls, or None
+    (fewer than MIN_PRICE_CALLS)."""
+    if agg is None or agg.n < MIN_PRICE_CALLS:
+        return None
+    n = agg.n
+    mean = agg.total / n
+    vom = 0.0
+    if n >= 2:
+        var = (agg.sq - agg.total * agg.total / n) / (n - 1)
+        vom = var / n if var > 0 else 0.0
+    return (n, mean, vom)
+
+
+def log_prices(log):
+    """What a call costs without the pool in this process, as the shim prices
+    it: per size class the warm real registers (successful misses and forwards
+    that evicted nothing, the process's first real register left out); for
+    unregisters the successful real calls, else the successful evictions."""
     reg = {}
-    unreg = {}
-    ev = Agg()
-    for log in logs:
-        for (api, action, sclass, err, warm, inev, reason, stack), g in log.groups.items():
-            if err:
-                continue
-            if sclass is not None and warm:
-                reg.setdefault((api, sclass), Agg()).merge(g)
-            elif sclass is None and action in ("forward", "passthrough"):
-                unreg.setdefault(api, Agg()).merge(g)
-        for (reason, err, forced, stack), g in log.egroups.items():
-            if not err:
-                ev.merge(g)
-    return ({k: v.median() for k, v in reg.items()}, {k: v.n for k, v in reg.items()},
-            {k: v.median() for k, v in unreg.items()}, ev.median() if ev.n else None)
+    unreg = Agg()
+    good_ev = Agg()
+    for (api, action, sclass, err, warm, inev, reason, stack), g in log.groups.items():
+        if err:
+            continue
+        if sclass is not None and warm:
+            reg.setdefault(sclass, Agg()).merge(g)
+        elif sclass is None and action in ("forward", "passthrough") and is_unregister(api):
+            unreg.merge(g)
+    for (reason, err, forced, stack), g in log.egroups.items():
+        if not err:
+            good_ev.merge(g)
+    return {"reg": {c: _price(a) for c, a in reg.items()},
+            "unreg": _price(unreg) or _price(good_ev)}
 
 
-def group_bare_price(key, g, prices):
-    """(estimated bare time of the calls of group g, priced?)"""
-    reg_med, _, unreg_med, ev_med = prices
-    api, action, sclass, err, warm, inev, reason, stack = key
-    if action == "hit":
-        p = reg_med.get((api, sclass))
-        return (p * g.n, True) if p is not None else (g.total, False)
+def group_price(key, prices):
+    """The price (calls, mean, variance of the mean) of one call of group `key`
+    without the pool: hits and deferrals only; None: not pooled, or unpriced."""
+    action, sclass = key[1], key[2]
+    if action == "hit" and sclass is not None:
+        return prices["reg"].get(sclass)
     if action == "deferred":
-        p = unreg_med.get(api, ev_med)
-        return (p * g.n, True) if p is not None else (g.total, False)
-    if inev and sclass is not None:
-        p = reg_med.get((api, sclass))
-        return (p * g.n, True) if p is not None else (g.total, False)
-    return g.total, True
+        return prices["unreg"]
+    return None
 
 
-def saving(logs, prices):
-    """The estimated saving of these logs: bare estimate minus what was measured."""
-    out = {"bare_estimate_ns": 0, "measured_ns": 0, "calls_ns": 0, "evictions_ns": 0,
-           "evictions": 0, "forced": 0, "hits": 0, "hits_unpriced": 0, "deferred": 0,
-           "deferred_unpriced": 0}
-    for log in logs:
-        for key, g in log.groups.items():
-            bare, priced = group_bare_price(key, g, prices)
-            out["bare_estimate_ns"] += bare
-            out["calls_ns"] += g.total
-            if key[1] == "hit":
-                out["hits"] += g.n
-                out["hits_unpriced"] += 0 if priced else g.n
-            elif key[1] == "deferred":
-                out["deferred"] += g.n
-                out["deferred_unpriced"] += 0 if priced else g.n
-        for key, g in log.egroups.items():
-            out["evictions_ns"] += g.total
-            out["evictions"] += g.n
-            out["forced"] += g.forced
-    out["measured_ns"] = out["calls_ns"] + out["evictions_ns"]
-    out["saved_ns"] = out["bare_estimate_ns"] - out["measured_ns"]
+def group_saving(key, g, prices):
+    """What the calls of one group saved, before evictions (0 if unpriced)."""
+    p = group_price(key, prices)
+    return 0.0 if p is None else g.n * p[1] - g.total
+
+
+def saving_of(log):
+    """What the pool saved in one process (see shim/telemetry/stats.h, Saving): priced
+    hits and deferrals at this process's own real calls, net of their time and
+    of evictions made inside them, minus every eviction's time."""
+    prices = log_prices(log)
+    saved = 0.0
+    hits = {}        # size class -> calls, and the deferrals under None
+    for key, g in log.groups.items():
+        if key[1] == "hit" and key[2] is not None:
+            hits[key[2]] = hits.get(key[2], 0) + g.n
+        elif key[1] == "deferred":
+            hits[None] = hits.get(None, 0) + g.n
+    out = {"saved_ns": 0, "spread_ns": 0, "hits": 0, "hits_priced": 0, "deferred": 0,
+           "deferred_priced": 0, "evictions": 0, "evictions_ns": 0, "price_calls": 0,
+           "processes": 1, "estimable": False}
+    variance = 0.0
+    for sclass in SIZE_CLASS_NAMES + (None,):
+        n = hits.get(sclass, 0)
+        kind = "deferred" if sclass is None else "hits"
+        out[kind] += n
+        p = prices["unreg"] if sclass is None else prices["reg"].get(sclass)
+        if not n or p is None:
+            continue
+        out[kind + "_priced"] += n
+        out["price_calls"] += p[0]
+        variance += float(n) * float(n) * p[2]
+        # the calls' time net of the evictions made inside them
+        saved += n * p[1] - sum(g.total for k, g in log.groups.items()
+                                if (k[1], k[2] if sclass is not None else None)
+                                == (("deferred", None) if sclass is None else ("hit", sclass)))
+        saved += log.in_call_evictions.get(("deferred", None) if sclass is None else ("hit", sclass), 0)
+    for key, g in log.egroups.items():
+        out["evictions"] += g.n
+        out["evictions_ns"] += g.total
+    saved -= out["evictions_ns"]
+    out["saved_ns"] = round_ns(saved)
+    out["spread_ns"] = round_ns(2 * math.sqrt(variance))
+    out["estimable"] = bool(out["hits_priced"] + out["deferred_priced"]
+                            or (out["hits"] + out["deferred"] == 0 and out["evictions"]))
     return out
 
 
-def saving_method(sv, prices):
-    reg_med, reg_n, unreg_med, ev_med = prices
-    parts = ["bare time estimated from this run: each hit priced at the median warm real "
-             "register of its API and size class (%d measured; a process's first register "
-             "and registers that evicted first are left out)" % sum(reg_n.values()),
-             "each deferred unregister at the median real unregister%s"
-             % ("" if unreg_med else " (lazypin's evictions: no forwarded one)"),
-             "every eviction (%d, %s%s) counted as cost"
-             % (sv["evictions"], fmt_ns(sv["evictions_ns"]),
-                ", %d forced while the GPU was busy" % sv["forced"] if sv["forced"] else "")]
-    text = "; ".join(parts)
-    un = []
-    if sv["hits_unpriced"]:
-        un.append("%d hit%s" % (sv["hits_unpriced"], "" if sv["hits_unpriced"] == 1 else "s"))
-    if sv["deferred_unpriced"]:
-        un.append("%d deferred unregister%s" % (sv["deferred_unpriced"],
-                                                "" if sv["deferred_unpriced"] == 1 else "s"))
-    if un:
-        text += ("; %s had no warm real call of the same kind to compare with and count "
-                 "as saving nothing (a bare log given with --compare measures them)" % " and ".join(un))
-    return text
+def round_ns(v):
+    """Round half away from zero, as the shim (RoundNs in shim/telemetry/stats.cc)."""
+    return int(math.floor(v + 0.5)) if v >= 0 else -int(math.floor(-v + 0.5))
+
+
+def saving_total(savings):
+    """Several processes' savings: the estimable ones' figures summed (spreads
+    in quadrature), the others counted."""
+    out = {"saved_ns": 0, "spread_ns": 0, "hits": 0, "hits_priced": 0, "deferred": 0,
+           "deferred_priced": 0, "evictions": 0, "evictions_ns": 0, "price_calls": 0,
+           "processes": 0, "not_estimable": 0, "estimable": False}
+    var = 0.0
+    for sv in savings:
+        for k in ("hits", "hits_priced", "deferred", "deferred_priced",
+                  "evictions", "evictions_ns", "price_calls", "processes"):
+            out[k] += sv[k]
+        if sv["estimable"]:
+            out["saved_ns"] += sv["saved_ns"]
+            var += float(sv["spread_ns"]) ** 2
+            out["estimable"] = True
+        elif sv["hits"] + sv["deferred"] + sv["evictions"]:
+            out["not_estimable"] += 1
+    out["spread_ns"] = round_ns(math.sqrt(var))
+    return out
+
+
+def saving_text(sv):
+    """The saving as one line: for one process exactly the shim's exit summary
+    (SavingText in shim/telemetry/stats.cc)."""
+    if not sv["estimable"]:
+        return ("saving not estimable (fewer than %d real calls of a kind in this process to price "
+                "the hits and deferrals): measure it with --compare against a bare run"
+                % MIN_PRICE_CALLS)
+    saved = sv["saved_ns"]
+    out = ("saved " + fmt_ns(saved)) if saved >= 0 else ("cost %s more than it saved" % fmt_ns(-saved))
+    if sv["spread_ns"] > 0:
+        out += " +/- " + fmt_ns(sv["spread_ns"])
+    n = sv["price_calls"]
+    if sv["processes"] > 1:
+        k = sv["processes"] - sv.get("not_estimable", 0)
+        out += " (estimated per process from its own real calls: %d process%s, %d call%s" % (
+            k, "" if k == 1 else "es", n, "" if n == 1 else "s")
+        if sv.get("not_estimable"):
+            out += "; %d processes not estimable, left out" % sv["not_estimable"]
+    else:
+        out += " (estimated from %d real call%s of this run" % (n, "" if n == 1 else "s")
+    unpriced = (sv["hits"] - sv["hits_priced"]) + (sv["deferred"] - sv["deferred_priced"])
+    if unpriced:
+        out += "; %d hits/deferrals unpriced, counted as 0" % unpriced
+    return out + ")"
+
+
+SAVING_METHOD = (
+    "estimated per process from its own calls: each hit priced at the mean warm real register "
+    "of its size class (the process's first register and registers that evicted are left out), "
+    "each deferred unregister at the mean real unregister (else the mean eviction), minus the "
+    "hit's or deferral's own time; every eviction lazypin made counted as cost; +/- is two "
+    "standard errors of those means; a price rests on at least %d real calls, and a hit or "
+    "deferral without them counts 0. The shim's exit summary prints the same figure."
+    % MIN_PRICE_CALLS)
 
 
 # ---- call sites
@@ -1143,7 +1362,7 @@ def is_cuda_frame(frame, name):
             or name.startswith("libcudart_static_") or CUDA_API_NAME.match(name) is not None)
 
 
-def call_sites(logs, prices, depth=4):
+def call_sites(logs, depth=4):
     """Call sites ranked: each unique symbolized stack (lazypin's own frames
     left out, `depth` frames kept) with its calls, time spent (calls and
     evictions) and time saved (bare estimate minus measured)."""
@@ -1189,6 +1408,8 @@ def call_sites(logs, prices, depth=4):
 
     sites = {}
     for log, per in zip(logs, resolved):
+        prices = log_prices(log)
+
         def site(stack):
             if stack is None:
                 return None
@@ -1207,10 +1428,9 @@ def call_sites(logs, prices, depth=4):
                 continue
             e = sites.setdefault(s, {"frames": list(s), "calls": 0, "hits": 0, "real": 0,
                                      "evictions": 0, "time_ns": 0, "bare_ns": 0})
-            bare, _ = group_bare_price(key, g, prices)
             e["calls"] += g.n
             e["time_ns"] += g.total
-            e["bare_ns"] += bare
+            e["bare_ns"] += g.total + group_saving(key, g, prices)
             if key[1] == "hit":
                 e["hits"] += g.n
             elif key[1] in ("miss", "forward", "passthrough"):
@@ -1317,6 +1537,24 @@ def advise(logs, procs, pool):
             "keep pooled memory longer than the program's pauses",
             {"LAZYPIN_IDLE_MS": str(max(nice_ms(2 * gap / 1e6), 2 * idle_now))}, pids_with("idle_reuse"))
 
+    # kept memory given back because the program needed it (memory_budget.h)
+    pressure_pids = {}
+    for log in logs:
+        k = sum(g.n for key, g in log.egroups.items() if key[0] == "pressure") + \
+            log.host_releases.get("pressure", 0)
+        every = sum(g.n for g in log.egroups.values()) + sum(log.host_releases.values())
+        if k and 2 * k >= every:  # most of lazypin's releases were for pressure
+            pressure_pids[log.pid] = k
+    if pressure_pids:
+        n = sum(pressure_pids.values())
+        add("pressure",
+            "%d of lazypin's releases (most) were for memory pressure: memory lazypin kept for later (freed pinned host "
+            "blocks, parked freed blocks) was needed by the program (its headroom fell under "
+            "LAZYPIN_KEEP_MARGIN)" % n,
+            "keep less: a smaller host-allocation cache and reuse bound leave the program "
+            "its memory without a release each time",
+            {"LAZYPIN_HOST_ALLOC_CACHE": "5%", "LAZYPIN_REUSE_FREED": "2%"}, list(pressure_pids))
+
     def reason_calls(reason):
         per = {}
         for log in logs:
@@ -1336,7 +1574,10 @@ def advise(logs, procs, pool):
             "it pooled", pids=list(shared))
 
     unwatched = reason_calls("unwatched")
-    hooks = [p for p in procs if p["watch"] == "hooks"]
+    # only where the pool ran (log mode never uses the watch) and the user did
+    # not choose the hooks (LAZYPIN_WATCH=hooks)
+    hooks = [p for p in procs if p["watch"] == "hooks" and p["mode"] == "defer"
+             and (p["config"] or {}).get("watch") != "hooks"]
     if hooks or unwatched:
         why = sorted({p["watch_reason"] for p in hooks if p["watch_reason"]})
         n = sum(unwatched.values())
@@ -1368,6 +1609,19 @@ def advise(logs, procs, pool):
             "synchronize the stream that uses a pinned buffer before freeing or unmapping it",
             pids=pids_with("busy"))
 
+    # log mode: registers of an address and size registered before would be hits
+    n = total("rereg")
+    regs = sum(g.n for log in logs for k, g in log.groups.items()
+               if k[2] is not None and not k[3] and log.mode == "log")
+    if n >= 2 and n * 4 >= regs:
+        est = total("rereg_ns")
+        add("defer",
+            "%d of %d registers were of an address and size registered before (with an "
+            "unregister between): in defer mode they would be pool hits" % (n, regs),
+            "try --defer: estimated %s saved, the time these registers and the unregisters "
+            "before them took here" % fmt_ns(est),
+            {"LAZYPIN_MODE": "defer"}, pids_with("rereg"))
+
     n = total("pattern")
     real = sum(g.n for log in logs for k, g in log.groups.items()
                if k[1] == "miss" and not k[3])
@@ -1382,9 +1636,9 @@ def advise(logs, procs, pool):
     return out
 
 
-# Copy rates for the auto-pin estimate: the H200's (issue 19: 64 MiB pageable
-# 9.4-11 ms, pinned 1.24-1.29 ms), as bytes per ns. The shim does not time the
-# pageable copies it no longer makes, so what a pinned copy saved is priced here.
+# Copy rates for the auto-pin indication: the H200's (docs/benchmarks.md: 64 MiB
+# pageable 9.4-11 ms, pinned 1.24-1.29 ms), as bytes per ns. The shim does not
+# time copies, so this is no rate of the machine a log comes from; the text says so.
 PAGEABLE_BYTES_PER_NS = 6.5
 PINNED_BYTES_PER_NS = 53.0
 
@@ -1408,15 +1662,15 @@ def autopin_summary(logs):
     per_byte = 1.0 / PAGEABLE_BYTES_PER_NS - 1.0 / PINNED_BYTES_PER_NS
     out["saved_ns_est"] = int(pinned_bytes * per_byte - out["register_ns"])
     out["method"] = ("%s copied at the pinned rate (first copies %s + later copies %s), priced at "
-                     "the H200's pageable %.1f GB/s vs pinned %.0f GB/s, minus the registers' "
+                     "the H200's pageable %.1f GB/s vs pinned %.0f GB/s (not this machine's: "
+                     "lazypin does not time copies; compare wall times), minus the registers' "
                      "measured %s" % (fmt_bytes(pinned_bytes), fmt_bytes(out["bytes"]),
                                       fmt_bytes(out["copy_bytes"] or 0), PAGEABLE_BYTES_PER_NS,
                                       PINNED_BYTES_PER_NS, fmt_ns(out["register_ns"])))
     return out
 
 
-def analyze(logs, top=10, prices=None):
-    prices = prices or price_tables(logs)
+def analyze(logs, top=10):
     by_api = {}
     by_class = {}
     totals = Agg()
@@ -1473,8 +1727,15 @@ def analyze(logs, top=10, prices=None):
         for p in spools:
             for r, n in (p.get("evictions") or {}).items():
                 summary_evictions[r] = summary_evictions.get(r, 0) + as_int(n)
-    sv = saving(logs, prices)
-    saved_summary = ssum("saved_ns_est") if all_summarized else None
+    per_log = [saving_of(log) for log in logs]
+    sv = saving_total(per_log)
+    sv["calls_ns"] = sum(g.total for log in logs for g in log.groups.values())
+    # the time the process spent in registration work: its calls, and the
+    # evictions made outside them (those inside are in the calls' time)
+    sv["measured_ns"] = (sv["calls_ns"] + sv["evictions_ns"]
+                         - sum(v for log in logs for v in log.in_call_evictions.values()))
+    sv["text"] = saving_text(sv)
+    sv["method"] = SAVING_METHOD
     evict_count = sum(a.n for a in ev_by_reason.values())
     pool_used = bool(hits or misses or deferred or evict_count)
     pool = {
@@ -1495,11 +1756,10 @@ def analyze(logs, top=10, prices=None):
         "peak_entries": ssum("peak_entries"),
         "pooled_bytes_at_exit": ssum("pooled_bytes"),
         "pooled_entries_at_exit": ssum("pooled_entries"),
-        "saved_ns_est": sv["saved_ns"],
+        "saved_ns_est": sv["saved_ns"] if sv["estimable"] else None,
         "saved_ns_source": "records",
-        "saved_ns_records": sv["saved_ns"],
-        "saved_ns_summary": saved_summary,
-        "saving": dict(sv, method=saving_method(sv, prices)),
+        "saved_ns_records": sv["saved_ns"] if sv["estimable"] else None,
+        "saving": sv,
     }
     host_releases = {}
     for log in logs:
@@ -1536,14 +1796,15 @@ def analyze(logs, top=10, prices=None):
     evict_errors = sum(a.errors for a in ev_by_reason.values())
 
     procs = []
-    for log in logs:
+    for log, s in zip(logs, per_log):
         p = process_info(log)
-        s = saving([log], prices)
         regs_p = sum(g.n for k, g in log.groups.items() if k[1] in ("hit", "miss"))
-        p["time_ns"] = s["measured_ns"]
+        p["time_ns"] = (sum(g.total for g in log.groups.values())
+                        + sum(g.total for g in log.egroups.values()))
         p["hits"] = s["hits"]
         p["pool_registers"] = regs_p
-        p["saved_ns"] = s["saved_ns"] if (s["hits"] or s["deferred"] or s["evictions"]) else None
+        p["saving"] = s
+        p["saved_ns"] = s["saved_ns"] if s["estimable"] else None
         procs.append(p)
 
     warnings = []
@@ -1575,19 +1836,52 @@ def analyze(logs, top=10, prices=None):
         "size_classes": size_classes,
         "pool": pool,
         "host_alloc": host,
+        "devices": devices_summary(logs),
         "autopin": autopin_summary(logs),
         "advice": advise(logs, procs, pool),
-        "call_sites": call_sites(logs, prices),
+        "call_sites": call_sites(logs),
         "slowest": slowest,
         "errors": errors,
         "warnings": warnings,
     }
 
 
+def devices_summary(logs):
+    """Calls per device (logs of runs with several devices), as "0", "1", ..."""
+    out = {}
+    for log in logs:
+        for dev, d in log.devices.items():
+            o = out.setdefault(str(dev), {"calls": 0, "total_ns": 0})
+            for k, v in d.items():
+                o[k] = o.get(k, 0) + v
+    return dict(sorted(out.items(), key=lambda kv: int(kv[0])))
+
+
 def is_bare(doc):
     """A run without the pool: log or off mode, or no pool action at all."""
     mode = run_mode(doc)
     return (mode in ("log", "off")) or not doc["pool"]["active"]
+
+
+def run_identity(doc):
+    """What ran: sorted (program, arguments) of the processes."""
+    return sorted({(os.path.basename(p["exe"]) if p["exe"] else "-",
+                    fmt_argv(p["argv"][1:] if p["argv"] else p["argv"])) for p in doc["processes"]})
+
+
+def run_differences(base, other):
+    """Lines saying how the two runs' programs or arguments differ (none: alike)."""
+    a, b = run_identity(base), run_identity(other)
+    if a == b:
+        return []
+    out = []
+    progs_a, progs_b = sorted({x[0] for x in a}), sorted({x[0] for x in b})
+    if progs_a != progs_b:
+        out.append("programs: A %s, B %s" % (", ".join(progs_a), ", ".join(progs_b)))
+    else:
+        args_a, args_b = sorted({x[1] for x in a}), sorted({x[1] for x in b})
+        out.append("arguments: A %s, B %s" % (" | ".join(args_a), " | ".join(args_b)))
+    return out
 
 
 def compare(base, other):
@@ -1632,9 +1926,16 @@ def compare(base, other):
             "pooled_run": side, "saved_ns": saved, "bare_ns": int(round(bare_ns)),
             "pooled_ns": measured, "scaled": scaled,
             "estimate_ns": pooled["pool"]["saved_ns_records"],
+            "estimate_text": pooled["pool"]["saving"]["text"],
             "method": "measured: the bare run's time in registration calls%s, minus the "
-                      "pooled run's (its calls and lazypin's evictions)"
+                      "pooled run's (its calls, and lazypin's evictions outside them)"
                       % (" (scaled per API to the pooled run's number of calls)" if scaled else "")}
+        ap = pooled.get("autopin") or {}
+        if ap.get("pins"):
+            res["saving"]["autopin"] = {
+                "saved_ns_est": ap["saved_ns_est"], "register_ns": ap["register_ns"],
+                "note": "auto-pin changed copy times, which the logs do not hold: not in the "
+                        "measured figure; compare the programs' wall times"}
         pooled["pool"]["saved_ns_est"] = saved
         pooled["pool"]["saved_ns_source"] = "measured"
     return res
@@ -1649,19 +1950,12 @@ def pool_verdict(pool, mode=None):
             return "pool: off (lazypin passed every call through)"
         return "pool: not used (mode %s)" % (mode or "log")
     regs = pool["hits"] + pool["misses"]
-    saved = pool["saved_ns_est"]
-    how = "measured" if pool["saved_ns_source"] == "measured" else "estimated"
-    sv = pool.get("saving") or {}
-    if how == "estimated" and sv.get("hits") and sv.get("hits_unpriced") == sv.get("hits"):
-        saved = None
-        tail = (", saving not estimable from this log alone (no warm driver register to price "
-                "the hits): compare with a log-mode run")
-    elif saved is None:
-        tail = ""
-    elif saved >= 0:
-        tail = ", saved %s (%s)" % (fmt_ns(saved), how)
+    if pool["saved_ns_source"] == "measured":
+        saved = pool["saved_ns_est"]
+        tail = (", saved %s (measured against the bare run)" % fmt_ns(saved) if saved >= 0 else
+                ", cost %s more than it saved (measured against the bare run)" % fmt_ns(-saved))
     else:
-        tail = ", cost %s more than it saved (%s)" % (fmt_ns(-saved), how)
+        tail = ", " + pool["saving"]["text"]
     return "pool: %d hit%s / %d register%s (%s)%s" % (
         pool["hits"], "" if pool["hits"] == 1 else "s", regs, "" if regs == 1 else "s",
         fmt_pct(pool["hit_rate"]) if regs else "-", tail)
@@ -1699,7 +1993,9 @@ def fmt_argv(argv):
 
 def run_mode(doc):
     modes = sorted({p["mode"] for p in doc["processes"] if p["mode"]})
-    return "/".join(modes) if modes else None
+    if not modes:
+        return None
+    return "/".join(modes) + ("+autopin" if (doc.get("autopin") or {}).get("pins") else "")
 
 
 def fmt_mode(p):
@@ -1856,17 +2152,10 @@ def render_text(doc, top=10):
         else:
             L.append("  peak pooled: unknown (no summary record)")
         sv = pool["saving"]
-        if pool["saved_ns_source"] == "measured":
-            L.append("  saved %s, measured against the bare run (estimate from the records alone: %s)"
-                     % (fmt_ns(pool["saved_ns_est"]), fmt_ns(pool["saved_ns_records"])))
-        else:
-            L.append("  saved %s (estimated): %s bare (est.) - %s measured (calls %s + evictions %s)"
-                     % (fmt_ns(sv["saved_ns"]), fmt_ns(sv["bare_estimate_ns"]), fmt_ns(sv["measured_ns"]),
-                        fmt_ns(sv["calls_ns"]), fmt_ns(sv["evictions_ns"])))
+        L.append("  " + sv["text"])
         L.append("  how: " + sv["method"])
-        if pool["saved_ns_summary"] is not None:
-            L.append("  (the shim's own figure, hits x mean real register: %s)"
-                     % fmt_ns(pool["saved_ns_summary"]))
+        L.append("  time in registration work: %s (calls %s, evictions %s, those inside calls counted once)"
+                 % (fmt_ns(sv["measured_ns"]), fmt_ns(sv["calls_ns"]), fmt_ns(sv["evictions_ns"])))
         L.append("  evicted inside program calls (overlap, make room): %d" % pool["evicted_in_calls"])
         if pool["evictions"]:
             L.append("  evictions outside program calls: %d" % pool["evictions_total"])
@@ -1882,6 +2171,14 @@ def render_text(doc, top=10):
         else:
             L.append("  evictions outside program calls: none")
 
+    if doc.get("devices"):
+        L.append("")
+        L.append("== by device")
+        rows = [[dev, str(d["calls"]), fmt_ns(d["total_ns"]), str(d.get("hit", 0)),
+                 str(d.get("miss", 0)), str(d.get("deferred", 0)), str(d.get("forward", 0))]
+                for dev, d in doc["devices"].items()]
+        L += table(["device", "calls", "time", "hits", "misses", "deferred", "forwarded"], rows,
+                   indent="  ")
     host = doc.get("host_alloc") or {}
     if host.get("active"):
         L.append("")
@@ -1906,7 +2203,7 @@ def render_text(doc, top=10):
             L.append("  later copies at the pinned rate: %d (%s); program registers served: %d; "
                      "left pageable for the bound: %d" % (ap["copies"], fmt_bytes(ap["copy_bytes"]),
                                                           ap["program_hits"], ap["over_bound"]))
-        L.append("  saved %s (estimated): %s" % (fmt_ns(ap["saved_ns_est"]), ap["method"]))
+        L.append("  saved about %s (indicative, at the H200's copy rates): %s" % (fmt_ns(ap["saved_ns_est"]), ap["method"]))
         if ap["apis"]:
             L.append("  by copy: " + ", ".join("%s %d" % kv for kv in sorted(ap["apis"].items())))
 
@@ -1981,13 +2278,10 @@ def run_name(doc):
     return "%s (%s)" % (name, run_mode(doc) or "?")
 
 
-def pooled_unpriced(doc):
-    sv = doc["pool"]["saving"]
-    return bool(sv["hits"]) and sv["hits_unpriced"] == sv["hits"]
-
-
 def render_compare(base, other, cmp):
     L = []
+    for d in cmp.get("differences") or []:
+        L.append("note: A and B differ (--force): " + d)
     for label, doc in (("A", base), ("B", other)):
         procs = doc["processes"]
         prog = ", ".join(sorted({os.path.basename(p["exe"]) for p in procs if p["exe"]})) or "-"
@@ -2016,8 +2310,11 @@ def render_compare(base, other, cmp):
         L.append("  the pool (%s) %s %s, measured: bare %s - pooled %s (calls and evictions)%s"
                  % (who, word, fmt_ns(abs(s["saved_ns"])), fmt_ns(s["bare_ns"]), fmt_ns(s["pooled_ns"]),
                     "; bare scaled per API to the pooled run's call count" if s["scaled"] else ""))
-        L.append("  (estimated from the pooled run's records alone: %s)" % (
-            "not estimable" if pooled_unpriced(other if who == "B" else base) else fmt_ns(s["estimate_ns"])))
+        L.append("  (from the pooled run's log alone: %s)" % s["estimate_text"])
+        if s.get("autopin"):
+            L.append("  auto-pin: %s; its registers took %s (%s)"
+                     % ("estimated %s saved in copies" % fmt_ns(s["autopin"]["saved_ns_est"]),
+                        fmt_ns(s["autopin"]["register_ns"]), s["autopin"]["note"]))
     for label, doc in (("A", base), ("B", other)):
         if doc["advice"]:
             L.append("")
@@ -2034,8 +2331,94 @@ def render_compare(base, other, cmp):
     return "\n".join(L) + "\n"
 
 
+# Past this many bytes of logs, `lazypin run`'s closing lines come from the
+# shim's summary records at the logs' ends, not from reading the logs.
+BRIEF_READ_LIMIT = 8 << 20
+
+
+def last_summary(path):
+    """The summary record among the last MiB of a log, or None."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - (1 << 20)))
+            tail = f.read()
+    except OSError:
+        return None
+    for line in reversed(tail.split(b"\n")):
+        if b'"summary"' in line:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict) and rec.get("type") == "summary":
+                return rec
+    return None
+
+
+def brief_from_summaries(paths):
+    """brief_summary's lines from the summary records alone (large logs)."""
+    apis = {}
+    pool_hits = pool_regs = 0
+    savings = []
+    unsummarized = 0
+    for path in paths:
+        rec = last_summary(path)
+        if rec is None or not isinstance(rec.get("apis"), dict):
+            unsummarized += 1
+            continue
+        for api, st in rec["apis"].items():
+            if not isinstance(st, dict):
+                continue
+            a = apis.setdefault(api, {"calls": 0, "errors": 0, "total_ns": 0, "p50_ns": [], "p99_ns": []})
+            for k in ("calls", "errors", "total_ns"):
+                a[k] += as_int(st.get(k))
+            for k in ("p50_ns", "p99_ns"):
+                a[k].append(as_int(st.get(k)))
+        pool = rec.get("pool") if isinstance(rec.get("pool"), dict) else {}
+        pool_hits += as_int(pool.get("hits"))
+        pool_regs += as_int(pool.get("hits")) + as_int(pool.get("misses"))
+        sv = pool.get("saving")
+        if isinstance(sv, dict):
+            sv = {k: as_int(sv.get(k)) for k in ("saved_ns", "spread_ns", "hits", "hits_priced",
+                                                  "deferred", "deferred_priced", "evictions",
+                                                  "evictions_ns", "price_calls")}
+            sv["processes"] = 1
+            sv["estimable"] = bool(sv["hits_priced"] + sv["deferred_priced"]
+                                   or (sv["hits"] + sv["deferred"] == 0 and sv["evictions"]))
+            if sv["hits"] + sv["deferred"] + sv["evictions"]:
+                savings.append(sv)
+    L = []
+    rows = [[api, a["calls"], a["errors"],
+             fmt_ns(a["p50_ns"][0]) if len(a["p50_ns"]) == 1 else "-",
+             fmt_ns(a["p99_ns"][0]) if len(a["p99_ns"]) == 1 else "-", fmt_ns(a["total_ns"])]
+            for api, a in sorted(apis.items(), key=lambda kv: api_sort_key(kv[0]))]
+    if rows:
+        L += table(["api", "calls", "errors", "p50", "p99", "total"], rows)
+    else:
+        L.append("  no summary with calls at the logs' ends")
+    if pool_regs or savings:
+        text = saving_text(saving_total(savings)) if savings else ""
+        L.append("  pool: %d hit%s / %d register%s (%s)%s" % (
+            pool_hits, "" if pool_hits == 1 else "s", pool_regs, "" if pool_regs == 1 else "s",
+            fmt_pct(pool_hits / pool_regs if pool_regs else None), ", " + text if text else ""))
+    if unsummarized:
+        L.append("  %d log%s without a full summary (ended by a signal): see `lazypin report`"
+                 % (unsummarized, "" if unsummarized == 1 else "s"))
+    L.append("  (from the shim's summaries; advice and warnings: `lazypin report`)")
+    return "\n".join(L)
+
+
 def brief_summary(paths):
-    """The few lines that `lazypin run` prints at the end."""
+    """The few lines that `lazypin run` prints at the end: from the logs, or,
+    past BRIEF_READ_LIMIT bytes of them, from the shim's summaries alone (so
+    that the run returns at once after a long job)."""
+    try:
+        size = sum(os.path.getsize(p) for p in paths)
+    except OSError:
+        size = 0
+    if size > BRIEF_READ_LIMIT:
+        return brief_from_summaries(paths)
     logs = load(paths, top=0)
     doc = analyze(logs, top=0)
     L = []
@@ -2062,6 +2445,46 @@ def brief_summary(paths):
 
 PLOT_HINT = ("--plot needs matplotlib (pip install matplotlib, "
              "or apt-get install python3-matplotlib)")
+# The interpreter --plot runs the report under when this one lacks matplotlib
+# (set by the report itself when it re-runs there, so that it never loops).
+PLOT_PYTHON = "LAZYPIN_REPORT_PYTHON"
+
+
+def python_with_matplotlib():
+    """(an interpreter other than this one that imports matplotlib, or None;
+    those tried): $LAZYPIN_REPORT_PYTHON, /usr/bin/python3 (where
+    python3-matplotlib installs it), then each python3 on PATH."""
+    named = os.environ.get(PLOT_PYTHON)
+    here = os.path.realpath(sys.executable or "")
+    if named:
+        if os.path.realpath(named) == here:
+            return None, [named]  # asked for this one, or re-run here already
+        cands = [named]
+    else:
+        cands = ["/usr/bin/python3"]
+        for d in (os.environ.get("PATH") or "").split(os.pathsep):
+            cands.append(os.path.join(d or ".", "python3"))
+    tried, seen = [], {here}
+    for c in cands:
+        real = os.path.realpath(c)
+        if real in seen or not os.access(c, os.X_OK):
+            continue
+        seen.add(real)
+        tried.append(c)
+        try:
+            ok = subprocess.run([c, "-c", "import matplotlib"], capture_output=True,
+                                timeout=60).returncode == 0
+        except (OSError, subprocess.SubprocessError):
+            ok = False
+        if ok:
+            return c, tried
+    return None, tried
+
+
+def plot_missing_message(tried):
+    return ("%s; %s cannot import it%s; or name an interpreter that can: %s=/path/to/python3"
+            % (PLOT_HINT, sys.executable or "python3",
+               ", nor can " + ", ".join(tried) if tried else "", PLOT_PYTHON))
 
 
 def import_pyplot():
@@ -2178,12 +2601,17 @@ def build_parser():
                "logs (one per process of a job, from any number of hosts) are reported "
                "together. Put LOG... before --compare. With --compare and one run bare "
                "(log mode), the saving is the measured difference. "
-               "Exit status: 0 report printed, 2 bad usage or unusable log.")
+               "--plot runs the report under another python3 that has matplotlib when this "
+               "one lacks it (LAZYPIN_REPORT_PYTHON names it). "
+               "Exit status: 0 report printed, 1 report printed but no plot written, "
+               "2 bad usage or unusable log.")
     p.add_argument("logs", nargs="+", metavar="LOG", help="log file, glob or directory")
     p.add_argument("--compare", nargs="+", metavar="OTHER",
                    help="compare with another run (e.g. log mode as LOG, defer mode as OTHER)")
     p.add_argument("--plot", metavar="FILE.png",
                    help="latency CDF per API and latency by size (needs matplotlib)")
+    p.add_argument("--force", action="store_true",
+                   help="with --compare: compare runs of different programs or arguments")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
     p.add_argument("--top", type=int, default=10, metavar="N",
                    help="how many of the slowest calls to list (default 10, 0: none)")
@@ -2191,7 +2619,17 @@ def build_parser():
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    plot_tried = []
+    if args.plot and not os.environ.get("LAZYPIN_REPORT_NO_MATPLOTLIB") and import_pyplot() is None:
+        python, plot_tried = python_with_matplotlib()
+        if python is not None:  # the whole report, there (the same output, and the plot)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            env = dict(os.environ)
+            env[PLOT_PYTHON] = python
+            os.execve(python, [python, os.path.abspath(__file__)] + argv, env)
     if args.top < 0:
         print("%s: --top must be 0 or more" % PROG, file=sys.stderr)
         return 2
@@ -2203,7 +2641,15 @@ def main(argv=None):
         return 2
     doc = analyze(logs, args.top)
     other = analyze(other_logs, args.top) if other_logs else None
-    cmp = compare(doc, other) if other is not None else None
+    cmp = None
+    if other is not None:
+        diff = run_differences(doc, other)
+        if diff and not args.force:
+            print("%s: --compare needs runs of the same program with the same arguments; %s "
+                  "(--force compares them anyway)" % (PROG, "; ".join(diff)), file=sys.stderr)
+            return 2
+        cmp = compare(doc, other)
+        cmp["differences"] = diff
 
     plot_msg = None
     if args.plot:
@@ -2231,10 +2677,12 @@ def main(argv=None):
         os.dup2(devnull, sys.stdout.fileno())
         return 0
     if args.plot:
+        if plot_msg == PLOT_HINT and not os.environ.get("LAZYPIN_REPORT_NO_MATPLOTLIB"):
+            plot_msg = plot_missing_message(plot_tried)
         if plot_msg:
-            print("%s: %s" % (PROG, plot_msg), file=sys.stderr)
-        else:
-            print("%s: plot written to %s" % (PROG, args.plot), file=sys.stderr)
+            print("%s: no plot written: %s" % (PROG, plot_msg), file=sys.stderr)
+            return 1
+        print("%s: plot written to %s" % (PROG, args.plot), file=sys.stderr)
     return 0
 
 

@@ -162,8 +162,8 @@ const Option kOptions[] = {
      "unregistered memory registered in the pool",
      [](std::string_view t, uint64_t, Config* c) { return Store(ParseMode(t), &c->mode); },
      [](const Config& c) { return fmt::format("\"{}\"", ModeName(c.mode)); }},
-    {"LAZYPIN_LOG", "log", "", "lazypin-<program>-<host>-<pid>.jsonl",
-     "a file path (%p becomes the pid, %h the host)",
+    {"LAZYPIN_LOG", "log", "lazypin-%e-%h-%p.jsonl", "lazypin-%e-%h-%p.jsonl",
+     "a file path (%p becomes the pid, %h the host, %e the program)",
      "where the log goes; never an existing file: a taken name gets a .1, .2, ... suffix",
      [](std::string_view t, uint64_t, Config* c) {
        if (t.empty()) return false;
@@ -171,9 +171,20 @@ const Option kOptions[] = {
        return true;
      },
      [](const Config& c) { return JsonString(c.log_path); }},
+    {"LAZYPIN_LOG_MAX", "log_max", "256M", "256M",
+     "a size in bytes with an optional K, M, G or T suffix, or 0",
+     "bound on the log's size: past it lazypin writes no more per-call records and keeps "
+     "exact counts, times and latency histograms per API, size class and call site instead "
+     "(tally records after 10 s, at doubling intervals up to 10 min, and at exit), so that the report's tables stay exact; 0: no bound",
+     [](std::string_view t, uint64_t ram, Config* c) {
+       if (t.find('%') != std::string_view::npos) return false;
+       return Store(ParseSize(t, ram), &c->log_max);
+     },
+     [](const Config& c) { return std::to_string(c.log_max); }},
     {"LAZYPIN_SUMMARY", "summary", "1", "1", "0 or 1", "1: a summary on stderr at exit",
      [](std::string_view t, uint64_t, Config* c) { return Store(ParseBool(t), &c->summary); },
-     [](const Config& c) { return JsonBool(c.summary); }},
+     [](const Config& c) { return JsonBool(c.summary); },
+     OptionKind::kSwitch},
     {"LAZYPIN_POOL_BYTES", "pool_bytes", "25%", "25% of RAM",
      "a size in bytes with an optional K, M, G or T suffix (512M, 8G) or a percentage of RAM "
      "(the machine's, or the cgroup's memory limit when lower) from 1% to 100% (25%)",
@@ -183,7 +194,9 @@ const Option kOptions[] = {
      },
      [](const Config& c) { return std::to_string(c.pool_bytes); }},
     {"LAZYPIN_POOL_ENTRIES", "pool_entries", "65536", "65536",
-     "a whole number from 0 to 1073741824", "bound on the registrations the pool keeps",
+     "a whole number from 0 to 1073741824",
+     "bound on the registrations the pool keeps, and, counted apart, on the blocks the "
+     "host-allocation cache keeps (LAZYPIN_HOST_ALLOC_CACHE)",
      [](std::string_view t, uint64_t, Config* c) {
        return Store(ParseCount(t, kMaxEntries), &c->pool_entries);
      },
@@ -198,22 +211,26 @@ const Option kOptions[] = {
     {"LAZYPIN_CHECK_PFN", "check_pfn", "0", "0", "0 or 1",
      "1: check on every hit that the physical pages did not change (root)",
      [](std::string_view t, uint64_t, Config* c) { return Store(ParseBool(t), &c->check_pfn); },
-     [](const Config& c) { return JsonBool(c.check_pfn); }},
+     [](const Config& c) { return JsonBool(c.check_pfn); },
+     OptionKind::kSwitch},
     {"LAZYPIN_RELEASE_AT_EXIT", "release_at_exit", "0", "0", "0 or 1",
      "1: unregister the pool one by one at exit",
      [](std::string_view t, uint64_t, Config* c) {
        return Store(ParseBool(t), &c->release_at_exit);
      },
-     [](const Config& c) { return JsonBool(c.release_at_exit); }},
+     [](const Config& c) { return JsonBool(c.release_at_exit); },
+     OptionKind::kSwitch},
     {"LAZYPIN_WATCH", "watch", "auto", "auto", "auto, kernel or hooks",
      "how lazypin sees pages change: the kernel watch (userfaultfd) behind the hooks where the "
-     "kernel allows it (auto), required (kernel: else nothing is deferred), or the hooks alone",
+     "kernel allows it and no seccomp filter is in force (auto), required (kernel: tried under a "
+     "seccomp filter too, else nothing is deferred), or the hooks alone",
      [](std::string_view t, uint64_t, Config* c) { return Store(ParseWatchMode(t), &c->watch); },
      [](const Config& c) { return fmt::format("\"{}\"", WatchModeName(c.watch)); }},
     {"LAZYPIN_DEFER_SHARED", "defer_shared", "0", "0", "0 or 1",
      "1: defer shared and file-backed pages too (only if no other process changes those files)",
      [](std::string_view t, uint64_t, Config* c) { return Store(ParseBool(t), &c->defer_shared); },
-     [](const Config& c) { return JsonBool(c.defer_shared); }},
+     [](const Config& c) { return JsonBool(c.defer_shared); },
+     OptionKind::kSwitch},
     {"LAZYPIN_UNREGISTER_WAIT", "unregister_wait", "1", "1", "0 or 1",
      "1: a deferred unregister first waits for the work in flight in the current context, as "
      "the driver's unregister does; 0: it returns at once, and work in flight (an async copy "
@@ -221,7 +238,8 @@ const Option kOptions[] = {
      [](std::string_view t, uint64_t, Config* c) {
        return Store(ParseBool(t), &c->unregister_wait);
      },
-     [](const Config& c) { return JsonBool(c.unregister_wait); }},
+     [](const Config& c) { return JsonBool(c.unregister_wait); },
+     OptionKind::kSwitch},
     {"LAZYPIN_STACKS", "stacks", "1", "1", "0, 1 or all",
      "which calls the log gives their native stack (the report's call sites): 1: those that "
      "reached the driver, unwound once per API, address and size (2-4 us each time); all: "
@@ -230,8 +248,9 @@ const Option kOptions[] = {
      [](const Config& c) { return fmt::format("\"{}\"", StackModeName(c.stacks)); }},
     {"LAZYPIN_PREFAULT", "prefault", "4", "4", "a whole number from 0 to 16",
      "defer mode: the threads that fault in the pages of a first register of 64 MiB or more of "
-     "private anonymous memory before the driver pins them (contents unchanged; 2.3-2.7x faster "
-     "with 4 on the H200); 0 or 1: the driver faults them in alone",
+     "private anonymous memory, mapped readable and writable, before the driver pins them "
+     "(contents unchanged; 2.3-2.7x faster with 4 on the H200; never under a seccomp filter); "
+     "0 or 1: the driver faults them in alone",
      [](std::string_view t, uint64_t, Config* c) {
        return Store(ParseCount(t, 16), &c->prefault_threads);
      },
@@ -252,7 +271,8 @@ const Option kOptions[] = {
      "through the pool, so that this copy and later ones run at the pinned rate; to the "
      "program it stays pageable (copies, queries and registers answer as bare)",
      [](std::string_view t, uint64_t, Config* c) { return Store(ParseBool(t), &c->autopin); },
-     [](const Config& c) { return JsonBool(c.autopin); }},
+     [](const Config& c) { return JsonBool(c.autopin); },
+     OptionKind::kSwitch},
     {"LAZYPIN_AUTOPIN_MIN", "autopin_min", "4M", "4M",
      "a size in bytes with an optional K, M, G or T suffix, at least 64K",
      "the smallest copy LAZYPIN_AUTOPIN pins (smaller ones stay on the driver's staging path, "
@@ -294,6 +314,17 @@ const Option kOptions[] = {
        return Store(ParseSize(t, ram), &c->reuse_freed);
      },
      [](const Config& c) { return std::to_string(c.reuse_freed); }},
+    {"LAZYPIN_KEEP_MARGIN", "keep_margin", "256M", "256M",
+     "a size as LAZYPIN_POOL_BYTES accepts",
+     "defer mode: memory the program gave back that lazypin keeps (host blocks it freed, "
+     "parked freed blocks) yields to the program: nothing is kept while its headroom (the "
+     "memory cgroup's limit less its usage, or the machine's available memory when less) is "
+     "under this, kept memory is released, oldest first, when the headroom falls under it or "
+     "an allocation of 1 MiB or more would take it there, and idle deferred registrations too",
+     [](std::string_view t, uint64_t ram, Config* c) {
+       return Store(ParseSize(t, ram), &c->keep_margin);
+     },
+     [](const Config& c) { return std::to_string(c.keep_margin); }},
 };
 const size_t kOptionCount = sizeof(kOptions) / sizeof(kOptions[0]);
 
@@ -360,15 +391,17 @@ ParsedConfig ParseConfig(const std::function<const char*(const char*)>& getenv,
   return parsed;
 }
 
-bool AutoPinRequested(const std::function<const char*(const char*)>& getenv) {
+Config PeekConfig(const std::function<const char*(const char*)>& getenv,
+                  std::initializer_list<std::string_view> names) {
+  Config c;
   for (size_t i = 0; i < kOptionCount; ++i) {
     const Option& o = kOptions[i];
-    if (std::string_view(o.name) != "LAZYPIN_AUTOPIN") continue;
-    Config c;
+    if (std::find(names.begin(), names.end(), std::string_view(o.name)) == names.end()) continue;
+    if (*o.fallback != '\0') o.parse(o.fallback, 0, &c);
     const char* raw = getenv(o.name);
-    return raw != nullptr && o.parse(raw, 0, &c) && c.autopin;
+    if (raw != nullptr) o.parse(raw, 0, &c);  // a row's parser stores nothing it refuses
   }
-  return false;
+  return c;
 }
 
 std::string ConfigJson(const Config& config) {
@@ -386,6 +419,22 @@ std::string OptionsMarkdown() {
     out += fmt::format("| `{}` | {} | {} | {} |\n", o.name, o.accepts, o.shown, o.doc);
   }
   return out;
+}
+
+std::string OptionsJson() {
+  std::string out = "{\"options\":[";
+  for (size_t i = 0; i < kOptionCount; ++i) {
+    const Option& o = kOptions[i];
+    std::string flag = o.key;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    out += fmt::format(
+        "{}{{\"name\":{},\"key\":{},\"flag\":{},\"kind\":\"{}\",\"default\":{},\"shown\":{},"
+        "\"accepts\":{},\"doc\":{}}}",
+        i == 0 ? "" : ",", JsonString(o.name), JsonString(o.key), JsonString("--" + flag),
+        o.kind == OptionKind::kSwitch ? "switch" : "value", JsonString(o.fallback),
+        JsonString(o.shown), JsonString(o.accepts), JsonString(o.doc));
+  }
+  return out + "]}";
 }
 
 }  // namespace lazypin

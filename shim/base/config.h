@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -28,13 +29,16 @@ const char* WatchModeName(WatchMode mode);
 enum class StackMode { kOff, kDriver, kAll };
 const char* StackModeName(StackMode mode);
 
-// Every field's default is its option row's default text (kOptions), parsed.
+// The values of the options. A default-constructed Config is not the default
+// configuration: ParseConfig starts every field from its row's default
+// (kOptions), and only those values are used.
 struct Config {
   Mode mode = Mode::kOff;
-  std::string log_path;           // empty: DefaultLogPattern (log.h) in the cwd
+  std::string log_path;           // the log path pattern (ExpandLogPath, log.h)
+  uint64_t log_max = 0;           // bytes of per-call records in the log; 0: no bound
   bool summary = false;           // summary on stderr at exit
-  uint64_t pool_bytes = 0;        // bound on pooled bytes
-  uint64_t pool_entries = 0;      // bound on pooled registrations
+  uint64_t pool_bytes = 0;        // bound on the bytes the pool keeps registered
+  uint64_t pool_entries = 0;      // bound on the pool's registrations, and on the host cache's blocks
   int64_t idle_ms = 0;            // collector: release what sat unused this long; 0 = never
   bool check_pfn = false;         // verify physical pages on every hit (root)
   bool release_at_exit = false;   // unregister the pool one by one at exit
@@ -49,12 +53,18 @@ struct Config {
   uint64_t autopin_bytes = 0;     // bound on the bytes auto-pinned at once
   int64_t autopin_after = 0;      // pin at this copy of a range
   uint64_t reuse_freed = 0;       // bytes of freed blocks kept registered for reuse; 0: off
+  uint64_t keep_margin = 0;       // headroom kept free for the program while lazypin keeps memory
 };
+
+// How `lazypin run` offers an option: a switch is `--KEY` (1) and `--no-KEY`
+// (0), a value `--KEY VALUE` (KEY: the row's key, '_' written '-').
+enum class OptionKind { kValue, kSwitch };
 
 // One row per LAZYPIN_* variable of the shim: the one place that names it,
 // its default, what it accepts and what it does. The parser, its messages,
-// the log header's "config" object and the README's table come from here
-// (tests/unit/config_test.cc checks the README and `lazypin run --help`).
+// the log header's "config" object, the README's table and `lazypin run`'s
+// flags and help (OptionsJson, through the lazypin-options tool) come from
+// here (tests/unit/config_test.cc checks the README, tests/report the runner).
 struct Option {
   const char* name;      // LAZYPIN_MODE
   const char* key;       // its key in the log header's "config" object
@@ -66,6 +76,7 @@ struct Option {
   bool (*parse)(std::string_view text, uint64_t physical_ram, Config* config);
   // The field as a JSON value, for the log header.
   std::string (*json)(const Config& config);
+  OptionKind kind = OptionKind::kValue;
 };
 extern const Option kOptions[];
 extern const size_t kOptionCount;
@@ -87,15 +98,23 @@ struct ParsedConfig {
 ParsedConfig ParseConfig(const std::function<const char*(const char*)>& getenv,
                          uint64_t physical_ram, const char* const* environ = nullptr);
 
-// Whether LAZYPIN_AUTOPIN (its kOptions row) asks for auto-pin. For the copy
-// hooks, which set lazypin up on a large copy only then: a program may copy
-// long before, or without, any register call, where lazypin otherwise starts.
-bool AutoPinRequested(const std::function<const char*(const char*)>& getenv);
+// The options named in `names` as their variables set them (each row's own
+// parser; its default where unset or not acceptable; a share of RAM: 0);
+// every other field as Config{} leaves it. No message. For what must be decided before
+// set-up, which parses everything (ParseConfig) and says what was wrong:
+// whether CUDA's start-up sets lazypin up (LAZYPIN_MODE), whether a large copy
+// does (LAZYPIN_AUTOPIN).
+Config PeekConfig(const std::function<const char*(const char*)>& getenv,
+                  std::initializer_list<std::string_view> names);
 
 // The "config" object of the log header: one key per option row.
 std::string ConfigJson(const Config& config);
 // The README's table of variables, one row per option (markdown).
 std::string OptionsMarkdown();
+// The table as JSON, for `lazypin run` (its flags, their help, which take a
+// value): {"options":[{"name","key","flag","kind":"value"|"switch","default",
+// "shown","accepts","doc"}...]}.
+std::string OptionsJson();
 
 // Parsers for single values (empty when the text is not acceptable), exposed
 // for tests. Sizes accept a plain number of bytes, a number with K/M/G/T

@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "seccomp.h"
+
 namespace lazypin {
 
 inline uintptr_t PageSize() {
@@ -28,7 +30,10 @@ inline uintptr_t RangeEnd(uintptr_t base, size_t bytes) {
 
 // Faults [p, p + bytes) in for writing, contents unchanged, safe while other
 // threads use the memory (MADV_POPULATE_WRITE); false where the kernel lacks
-// it (before Linux 5.14) or a page cannot be had.
-inline bool PopulateWrite(void* p, size_t bytes) { return madvise(p, bytes, 23) == 0; }
+// it (before Linux 5.14) or a page cannot be had, and not tried once a
+// seccomp filter was seen (seccomp.h).
+inline bool PopulateWrite(void* p, size_t bytes) {
+  return !SeccompFilterSeen() && madvise(p, bytes, 23) == 0;
+}
 
 }  // namespace lazypin

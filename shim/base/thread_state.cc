@@ -34,7 +34,7 @@ void FreeQueuedFrees() {
 namespace {
 
 // The spare threads: each waits on its slot's state for a job.
-constexpr int kMaxSpares = 4;
+constexpr int kMaxSpares = 5;
 // kIdle from its thread's creation (it may not run yet: the set-up claims
 // spares right after starting them); the thread waits for kGiven.
 enum SlotState : uint32_t { kEmpty, kIdle, kClaimed, kGiven };

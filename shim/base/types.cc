@@ -69,7 +69,7 @@ const char* EvictReasonName(EvictReason reason) {
       "lru",    "idle",   "overlap",    "make_room", "query", "free",  "realloc",
       "munmap", "mremap", "mmap_fixed", "madvise",   "brk",   "shmdt", "shmat",
       "context", "pfn",   "exit",       "watch",     "fork",    "mprotect", "double_free",
-      "flags",  "graph"};
+      "flags",  "graph", "pressure", "userfaultfd", "memory_call"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<int>(EvictReason::kCount));
   return kNames[static_cast<int>(reason)];
 }

@@ -43,6 +43,9 @@ enum class EvictReason {
   kDoubleFree,  // the host-allocation cache: a second free of a cached block
   kFlags,       // the host-allocation cache: an allocation with other flags (see Alloc)
   kGraph,       // a graph's memcpy node names it (recorded, instantiated or launched)
+  kPressure,    // kept memory yields to the program's demand (memory_budget.h)
+  kUserfaultfd,  // the program registers the range with a userfaultfd of its own
+  kMemoryCall,   // the host-allocation cache: a memory call (mlock, mincore, ...) on a kept block
   kCount  // number of reasons
 };
 const char* EvictReasonName(EvictReason reason);

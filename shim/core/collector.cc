@@ -13,6 +13,7 @@
 
 #include "capture.h"
 #include "host_alloc_cache.h"
+#include "memory_budget.h"
 #include "pool.h"
 #include "sys.h"
 #include "thread_state.h"
@@ -32,14 +33,16 @@ Collector::Slot* Collector::ZeroedSlots() {
 }
 
 Collector::Collector(Pool* pool, int64_t idle_ms, FreeFn real_free, FreeBounds bounds,
-                     const CaptureTracker* captures, HostAllocCache* host_cache)
+                     const CaptureTracker* captures, HostAllocCache* host_cache,
+                     MemoryBudget* budget)
     : pool_(pool),
       host_cache_(host_cache),
       idle_ms_(idle_ms),
       real_free_(real_free),
       bounds_(bounds),
       slots_(ZeroedSlots()),
-      captures_(captures) {
+      captures_(captures),
+      budget_(budget) {
   thread_ = StartThreadWithSignalsBlocked([this] { Run(); });
 }
 
@@ -87,17 +90,68 @@ bool Collector::WaitFreed(uint64_t ticket, int64_t timeout_ms) {
   }
 }
 
+Collector::Again Collector::FreedAgain(const void* block, int64_t timeout_ms) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(block);
+  for (size_t i = 0; i < kSlots; ++i) {
+    Slot& slot = slots_[i];
+    uintptr_t expected = address;
+    if (slot.block.load(std::memory_order_seq_cst) != address) continue;
+    if (slot.block.compare_exchange_strong(expected, kClaimed, std::memory_order_seq_cst)) {
+      const size_t bytes = slot.bytes.load(std::memory_order_relaxed);
+      pool_->MarkLeft(address, address + bytes);
+      pool_->Invalidate(address, address + bytes, EvictReason::kFree);
+      real_free_(reinterpret_cast<void*>(address));
+      pending_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+      slot.block.store(0, std::memory_order_release);
+      return Again::kDone;
+    }
+    // The thread took it meanwhile: it frees it.
+    return WaitHandedFrees(timeout_ms) ? Again::kDone : Again::kTimedOut;
+  }
+  if (busy_block_.load(std::memory_order_seq_cst) == address) {  // the thread is freeing it
+    return WaitHandedFrees(timeout_ms) ? Again::kDone : Again::kTimedOut;
+  }
+  return Again::kNotPending;
+}
+
 bool Collector::ReleaseParked(int64_t timeout_ms) {
   if (stopping_.load(std::memory_order_acquire)) return false;
   const uint32_t ticket = release_asked_.fetch_add(1, std::memory_order_acq_rel) + 1;
   Wake();
+  return WaitDone(release_done_, ticket, timeout_ms);
+}
+
+bool Collector::MakeRoom(uint64_t headroom, int64_t timeout_ms) {
+  if (stopping_.load(std::memory_order_acquire) || budget_ == nullptr) return false;
+  uint64_t asked = room_target_.load(std::memory_order_relaxed);
+  while (asked < headroom &&
+         !room_target_.compare_exchange_weak(asked, headroom, std::memory_order_relaxed)) {
+  }
+  const uint32_t ticket = room_asked_.fetch_add(1, std::memory_order_acq_rel) + 1;
+  Wake();
+  return WaitDone(room_done_, ticket, timeout_ms);
+}
+
+bool Collector::WaitDone(const std::atomic<uint32_t>& done_word, uint32_t ticket,
+                         int64_t timeout_ms) {
   const int64_t deadline = MonotonicMs() + timeout_ms;
   for (;;) {
-    const uint32_t done = release_done_.load(std::memory_order_acquire);
+    const uint32_t done = done_word.load(std::memory_order_acquire);
     if (static_cast<int32_t>(done - ticket) >= 0) return true;
     const int64_t left = deadline - MonotonicMs();
     if (left <= 0 || stopping_.load(std::memory_order_acquire)) return false;
-    FutexWait(&release_done_, done, left * 1000000);
+    FutexWait(&done_word, done, left * 1000000);
+  }
+}
+
+void Collector::Yield(uint64_t headroom) {
+  while (budget_->ShortOf(headroom) > 0) {
+    if (host_cache_ != nullptr && host_cache_->ReleaseOldest(EvictReason::kPressure)) continue;
+    if (pool_->ReleaseOldestParked(EvictReason::kPressure)) continue;
+    // Nothing kept is left: deferred registrations add no bytes, but their
+    // pages are pinned (never swapped, migrated or compacted).
+    pool_->CollectIdle(kPressureIdleMs * 1000000, EvictReason::kPressure);
+    return;
   }
 }
 
@@ -116,11 +170,20 @@ void Collector::FinishFrees() {
     Slot& slot = slots_[i];
     const uintptr_t address = slot.block.load(std::memory_order_acquire);
     if (address <= kClaimed) continue;  // free, or a HandOver still filling it (a later ticket)
+    // Named as being freed before its slot stops naming it, so that a second
+    // free of it always finds one of the two (FreedAgain).
+    busy_block_.store(address, std::memory_order_seq_cst);
+    uintptr_t expected = address;
+    if (!slot.block.compare_exchange_strong(expected, kClaimed, std::memory_order_seq_cst)) {
+      busy_block_.store(0, std::memory_order_seq_cst);
+      continue;  // taken back by a second free of the block (FreedAgain)
+    }
     const size_t bytes = slot.bytes.load(std::memory_order_relaxed);
-    slot.block.store(0, std::memory_order_release);  // the slot is free again: only this thread takes slots
+    slot.block.store(0, std::memory_order_release);  // free again: a HandOver may take it
     pool_->MarkLeft(address, address + bytes);  // done already unless the free found the lock busy
     pool_->Invalidate(address, address + bytes, EvictReason::kFree);
     real_free_(reinterpret_cast<void*>(address));
+    busy_block_.store(0, std::memory_order_seq_cst);
     pending_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
   }
   if (static_cast<int32_t>(static_cast<uint32_t>(upto) -
@@ -180,8 +243,24 @@ void Collector::Run() {
       release_done_.store(asked, std::memory_order_release);
       FutexWake(&release_done_, INT32_MAX);
     }
+    if (const uint32_t asked = room_asked_.load(std::memory_order_acquire);
+        asked != room_done_.load(std::memory_order_relaxed)) {
+      Yield(std::max(room_target_.exchange(0, std::memory_order_relaxed), budget_->margin()));
+      room_done_.store(asked, std::memory_order_release);
+      FutexWake(&room_done_, INT32_MAX);
+    }
     pool_->ApplyPageChanges();  // stale registrations go even while the program makes no call
     int64_t wait_ms = 1000;
+    // While anything is kept: the headroom every kPollMs.
+    bool polling = false;
+    if (budget_ != nullptr) {
+      const int64_t now_ms = MonotonicMs();
+      const bool kept = budget_->TakeKeptSignal() || budget_->Keeping();
+      if (kept) kept_seen_ms_ = now_ms;
+      polling = kept_seen_ms_ != 0 && now_ms - kept_seen_ms_ < kPollGraceMs;
+      budget_->SetPolling(polling);
+      if (kept && budget_->ShortOf(budget_->margin()) > 0) Yield(budget_->margin());
+    }
     if (idle_ms_ > 0) {
       const int64_t now_ms = MonotonicMs();
       if (now_ms >= next_collect_ms) {
@@ -192,9 +271,11 @@ void Collector::Run() {
       wait_ms = std::max<int64_t>(next_collect_ms - now_ms, 1);
     }
     if (!prefaulted) wait_ms = std::min<int64_t>(wait_ms, 10);
+    if (polling) wait_ms = std::min<int64_t>(wait_ms, MemoryBudget::kPollMs);
     if (handed_.load(std::memory_order_acquire) != seen_handed) continue;  // more came meanwhile
     if (release_asked_.load(std::memory_order_acquire) !=
-        release_done_.load(std::memory_order_relaxed)) {
+            release_done_.load(std::memory_order_relaxed) ||
+        room_asked_.load(std::memory_order_acquire) != room_done_.load(std::memory_order_relaxed)) {
       continue;  // asked meanwhile
     }
     FutexWait(&wake_seq_, seq, wait_ms * 1000000);

@@ -9,6 +9,11 @@
 //    releases more than the program itself unregistered (each pooled entry
 //    stands for one unregister the program asked for and lazypin postponed),
 //    so it adds no stall the program would not have had.
+//  - makes kept memory yield to the program's demand (memory_budget.h): while
+//    anything is kept it reads the headroom every MemoryBudget::kPollMs and,
+//    when it falls short (or an allocation asks, MakeRoom), releases kept
+//    memory, least recently kept first: host blocks, then parked blocks, then
+//    deferred registrations unused for kPressureIdleMs (their pages are pinned).
 // Both wait while a stream capture is in progress (CaptureTracker), at most
 // FreeBounds::capture_postpone_ms, so that their releases can wait for the
 // GPU first (a synchronize would invalidate the capture); past the bound
@@ -25,6 +30,7 @@ namespace lazypin {
 
 class Pool;
 class HostAllocCache;
+class MemoryBudget;
 
 // What the program freed must not pile up (a program that frees 40 GiB and
 // allocates 40 GiB again would need both): past `max_pending_bytes` handed
@@ -46,9 +52,11 @@ class Collector {
   // Starts the thread (all signals blocked in it). `real_free` frees a block
   // without lazypin's hook; `idle_ms` 0 turns idle release off; `captures`
   // null: releases never wait for captures. `host_cache` (may be null): its
-  // blocks cached for `idle_ms` are freed too.
+  // blocks cached for `idle_ms` are freed too. `budget` (may be null): kept
+  // memory yields to the program (see above).
   Collector(Pool* pool, int64_t idle_ms, FreeFn real_free, FreeBounds bounds = {},
-            const CaptureTracker* captures = nullptr, HostAllocCache* host_cache = nullptr);
+            const CaptureTracker* captures = nullptr, HostAllocCache* host_cache = nullptr,
+            MemoryBudget* budget = nullptr);
   Collector(const Collector&) = delete;
   Collector& operator=(const Collector&) = delete;
 
@@ -75,6 +83,33 @@ class Collector {
   // inside it) and this waits for that, at most `timeout_ms`. False on
   // timeout or once stopping. Never from the collector's own thread.
   bool ReleaseParked(int64_t timeout_ms);
+  // An allocation needs `headroom` bytes free (MemoryBudget::Announce): the
+  // thread releases kept memory until the headroom reaches it or nothing is
+  // kept, and this waits for that, at most `timeout_ms`. False on timeout or
+  // once stopping. Never from the collector's own thread.
+  bool MakeRoom(uint64_t headroom, int64_t timeout_ms);
+  // Wakes the thread (something started being kept). Async-signal-safe.
+  void Nudge() { Wake(); }
+  // The thread keeps polling this long after it last saw anything kept.
+  static constexpr int64_t kPollGraceMs = 1000;
+  // Deferred registrations unused this long are released under pressure.
+  static constexpr int64_t kPressureIdleMs = 1000;
+  // `block` is freed again while its first free is still handed over (the
+  // program's double free)? If so, that first free is made before this
+  // returns: taken back from its slot and made on this thread (invalidated,
+  // then freed), so that glibc's free then meets the second one as without
+  // lazypin (its tcache check looks at the freeing thread's cache only), or,
+  // when the thread has it already, waited for (at most `timeout_ms`).
+  // Scans the slots (only frees of pooled memory get here). Call inside
+  // lazypin's code (ScopedInsideLazypin), never from a signal handler that
+  // interrupted it.
+  enum class Again { kNotPending, kDone, kTimedOut };
+  Again FreedAgain(const void* block, int64_t timeout_ms);
+  // Waits until every free handed over so far is done, at most `timeout_ms`
+  // (false on timeout). Async-signal-safe (a futex).
+  bool WaitHandedFrees(int64_t timeout_ms) {
+    return WaitFreed(handed_.load(std::memory_order_acquire), timeout_ms);
+  }
   // Bytes handed over and not yet freed.
   uint64_t PendingBytes() const { return pending_bytes_.load(std::memory_order_relaxed); }
   // Stops and joins the thread, then finishes the frees handed over.
@@ -92,11 +127,18 @@ class Collector {
     std::atomic<size_t> bytes{0};
   };
   static constexpr uintptr_t kClaimed = 1;
+  // The block the thread is freeing now (taken from its slot), or 0.
+  std::atomic<uintptr_t> busy_block_{0};
   static Slot* ZeroedSlots();
   void Run();
   // True while releases wait for a capture in progress to end (within the bound).
   bool PostponedForCapture(int64_t now_ms);
   void FinishFrees();
+  // Releases kept memory, least recently kept first, until the headroom is
+  // `headroom` or nothing kept is left; then deferred registrations unused
+  // for kPressureIdleMs if still short.
+  void Yield(uint64_t headroom);
+  bool WaitDone(const std::atomic<uint32_t>& done, uint32_t ticket, int64_t timeout_ms);
   void Wake();
 
   Pool* const pool_;
@@ -111,6 +153,7 @@ class Collector {
   std::atomic<size_t> next_slot_{0};  // where the next HandOver starts looking
   const CaptureTracker* const captures_;
   int64_t postponed_since_ms_ = 0;  // the collector thread's: 0 when no capture was seen
+  int64_t kept_seen_ms_ = 0;        // the collector thread's: when it last saw anything kept
   std::atomic<uint32_t> wake_seq_{0};  // a futex: bumped by Wake()
   // Tickets: a block's ticket is taken after its slot is published, so every
   // ticket up to a value read before a scan of the slots is in that scan.
@@ -121,6 +164,11 @@ class Collector {
   // ReleaseParked requests (a futex each): asked, and the last one done.
   std::atomic<uint32_t> release_asked_{0};
   std::atomic<uint32_t> release_done_{0};
+  // MakeRoom requests: the largest headroom asked, and a futex pair as above.
+  MemoryBudget* const budget_;
+  std::atomic<uint64_t> room_target_{0};
+  std::atomic<uint32_t> room_asked_{0};
+  std::atomic<uint32_t> room_done_{0};
   std::atomic<bool> stopping_{false};
   LazypinThread thread_;
 };

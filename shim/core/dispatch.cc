@@ -23,7 +23,7 @@ void Dispatch::Record(const ProgramCall& call, const Outcome& outcome, int64_t t
   const int64_t end = env_->NowNs();
   ScopedInsideLazypin inside;
   env_->Record(CallRecord{call, outcome.result, end - t0, outcome.action, outcome.evicted,
-                          outcome.reason, end});
+                          outcome.reason, end, env_->RecordedDevice()});
 }
 
 bool Dispatch::WaitBeforeDefer(Context ctx) {
@@ -132,22 +132,28 @@ void Dispatch::BeforeContextDestroy(Context ctx) {
   pool_->DropContext(ctx);
 }
 
-void Dispatch::BeforePrimaryContextReset(int device, bool forget_in_use) {
+void Dispatch::DropPrimary(int device, Context primary, bool forget_in_use) {
   if (host_cache_ != nullptr && forget_in_use) {
-    ScopedInsideLazypin inside;
-    host_cache_->ForgetDevice(device);
+    primary != nullptr ? host_cache_->ForgetContext(primary) : host_cache_->ForgetDevice(device);
   }
   if (pool_ == nullptr) return;
-  ScopedInsideLazypin inside;
-  pool_->DropDevice(device, forget_in_use);
+  primary != nullptr ? pool_->DropContext(primary, forget_in_use)
+                     : pool_->DropDevice(device, forget_in_use);
 }
 
-void Dispatch::AfterPrimaryContextRelease(int device) {
+Context Dispatch::BeforePrimaryContextReset(int device, bool forget_in_use) {
+  if (pool_ == nullptr && host_cache_ == nullptr) return nullptr;
+  ScopedInsideLazypin inside;
+  const Context primary = env_->ActivePrimaryContext(device);
+  DropPrimary(device, primary, forget_in_use);
+  return primary;
+}
+
+void Dispatch::AfterPrimaryContextRelease(int device, Context primary) {
   if (pool_ == nullptr && host_cache_ == nullptr) return;
   ScopedInsideLazypin inside;
   if (env_->PrimaryContextActive(device)) return;
-  if (host_cache_ != nullptr) host_cache_->ForgetDevice(device);
-  if (pool_ != nullptr) pool_->DropDevice(device, /*forget_in_use=*/true);
+  DropPrimary(device, primary, /*forget_in_use=*/true);
 }
 
 bool Dispatch::StreamIdle(void* stream) {

@@ -45,6 +45,7 @@ struct CallRecord {
   int evicted;
   PassReason reason;  // with kPassthrough: why
   int64_t end_ns = 0;  // DispatchEnv::NowNs() when the call returned (the second of its two clock reads)
+  int device = -1;     // the current context's device, logged with several devices (-1: not logged)
 };
 
 class DispatchEnv {
@@ -74,6 +75,12 @@ class DispatchEnv {
   virtual int WaitForDevice(Context ctx) = 0;
   // Whether `device`'s primary context is active (retained) now; false when unknown.
   virtual bool PrimaryContextActive(int device) = 0;
+  // `device`'s primary context while it is active, learned without changing
+  // its state; null when it is not active or cannot be told.
+  virtual Context ActivePrimaryContext(int device) { return nullptr; }
+  // The device a call record names (CallRecord::device): the current
+  // context's where the driver reports several devices, else -1 (not logged).
+  virtual int RecordedDevice() { return -1; }
   // Waits for the work queued on `stream` (a copy just submitted to it),
   // unless the stream is being captured.
   virtual void SynchronizeStream(void* stream) = 0;
@@ -146,10 +153,15 @@ class Dispatch {
 
   // Driver calls that change what the pool may hold.
   void BeforeContextDestroy(Context ctx);
-  void BeforePrimaryContextReset(int device, bool forget_in_use);
+  // Before a reset (`forget_in_use`) or release of `device`'s primary
+  // context: what the pool and the cache hold in that context goes (only
+  // that context's: other contexts on the device, and other devices, keep
+  // theirs; where the primary context cannot be told, the device's).
+  // Returns the primary context (null: not told), for the release's After.
+  Context BeforePrimaryContextReset(int device, bool forget_in_use);
   // After a successful cuDevicePrimaryCtxRelease: if that released the last
   // reference, the driver dropped the context's registrations, in use too.
-  void AfterPrimaryContextRelease(int device);
+  void AfterPrimaryContextRelease(int device, Context primary);
   // A pointer query: memory the program unregistered must look unregistered.
   void BeforeQuery(uintptr_t ptr);
   // An async copy touching host memory [lo, hi) was just queued on `stream`:
@@ -221,6 +233,9 @@ class Dispatch {
   // its own for what it allocated (cudaMallocHost's block is not a fresh
   // cudaHostAlloc(Portable|Mapped) block, though cudart asks the driver the same).
   Outcome HostAct(const ProgramCall& call, Api origin, void** out, absl::FunctionRef<int()> real);
+  // The pool's and the cache's state in `device`'s primary context
+  // (`primary`; null: every context of the device) goes.
+  void DropPrimary(int device, Context primary, bool forget_in_use);
   // Any call on [lo, hi) other than a host allocation's own: cached (freed)
   // host blocks there are really freed first, so the driver answers as for
   // freed memory. Returns how many.

@@ -15,7 +15,8 @@ namespace lazypin {
 //    bin's chunk whose remainder is below the minimum chunk), usable 8 less;
 //    with a larger alignment also one 32 bytes larger (memalign keeps a tail
 //    below the minimum chunk after it splits off the aligned part);
-//  - mmapped (chunks of 128 KiB and more, glibc's lowest mmap threshold):
+//  - mmapped (chunks of `mmap_floor` and more: glibc's lowest dynamic mmap
+//    threshold, 128 KiB, or the one mallopt set; kGlibcNoMmap: none):
 //    the page-rounded mapping less the chunk header, and for an alignment up
 //    to a page, less the lead memalign skips.
 struct FreshSizes {
@@ -23,6 +24,40 @@ struct FreshSizes {
   size_t usable[kMax];
   int count = 0;
 };
-FreshSizes GlibcFreshUsable(size_t bytes, size_t align, size_t page);
+constexpr size_t kGlibcMmapFloor = size_t{128} << 10;  // DEFAULT_MMAP_THRESHOLD_MIN
+constexpr size_t kGlibcNoMmap = ~size_t{0};            // mallopt(M_MMAP_MAX, 0)
+FreshSizes GlibcFreshUsable(size_t bytes, size_t align, size_t page,
+                            size_t mmap_floor = kGlibcMmapFloor);
+
+// glibc's mmap threshold as far as lazypin knows it: what the program set
+// with mallopt (the mallopt hook calls GlibcNoteMallopt after glibc accepted
+// it; a threshold set through the environment at start is not seen).
+void GlibcNoteMallopt(int param, int value);
+// The smallest request glibc may serve with an mmapped chunk now (for
+// GlibcFreshUsable, and the smallest mmapped chunk worth parking: a fresh
+// block of its size would be mmapped again): its lowest dynamic threshold,
+// or the one mallopt set; kGlibcNoMmap after M_MMAP_MAX 0. glibc's dynamic
+// threshold, which the free of an mmapped chunk below 32 MiB raises to its
+// size, is not followed (a parked block's free leaves it where it was).
+size_t GlibcMmapFloorNow();
+
+// The block `mem` handed to free(), as glibc's free sees it first: the words
+// it reads before any other (the chunk's size, and an mmapped chunk's lead),
+// put through the checks it makes on them ("free(): invalid pointer",
+// "free(): invalid size", "munmap_chunk(): invalid pointer"; a heap chunk
+// must end within its arena: the break, or its 64 MiB heap). Nothing else is
+// read, so a pointer glibc rejects is left for glibc to reject, and one whose
+// header is unmapped faults there as it does bare. `usable`: what
+// malloc_usable_size gives an allocated block with that header (0: glibc
+// rejects it); `mmapped`: an mmapped chunk; `servable`: an allocation that
+// GlibcFreshUsable describes could be given exactly such a block (an
+// mmapped chunk whose lead memalign could skip for an alignment up to a page;
+// not one of a larger alignment, whose lead depends on where mmap put it).
+struct GlibcChunk {
+  size_t usable = 0;
+  bool mmapped = false;
+  bool servable = false;
+};
+GlibcChunk GlibcChunkOf(const void* mem, size_t page);
 
 }  // namespace lazypin

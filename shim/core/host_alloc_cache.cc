@@ -66,7 +66,7 @@ int HostAllocCache::Release(std::vector<Victim>& victims) {
     // A block the driver handed out again at that address meanwhile is live: keep it.
     if (it != blocks_.end() && it->second.state == State::kReleasing) blocks_.erase(it);
     releasing_ -= 1;
-    holding_.fetch_sub(1, std::memory_order_relaxed);
+    AddHolding(-1);
     counters_.releases[static_cast<int>(v.reason)] += 1;
     if (wait.forced) counters_.forced_releases += 1;
   }
@@ -88,7 +88,7 @@ Outcome HostAllocCache::Alloc(const HostAllocRequest& request, void** out,
         b.state = State::kLive;
         b.device = request.device;
         counters_.hits += 1;
-        holding_.fetch_sub(1, std::memory_order_relaxed);
+        AddHolding(-1);
       }
     }
     if (served != 0) {
@@ -186,7 +186,7 @@ Outcome HostAllocCache::Free(uintptr_t ptr, absl::FunctionRef<int()> forward,
   }
   if (!keepable) return Outcome{forward(), Action::kForward, 0};
   // The implicit wait (or the reason not to keep) without the lock.
-  const bool keep = may_keep();
+  const bool keep = (limits_.budget == nullptr || limits_.budget->MayKeep()) && may_keep();
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = blocks_.find(ptr);
@@ -213,7 +213,7 @@ Outcome HostAllocCache::Free(uintptr_t ptr, absl::FunctionRef<int()> forward,
       counters_.cached_bytes += Span(b.bytes);
       counters_.cached_entries += 1;
       counters_.kept += 1;
-      holding_.fetch_add(1, std::memory_order_relaxed);
+      AddHolding(1);
       // Over a bound: the oldest other blocks go.
       while ((counters_.cached_bytes > limits_.max_bytes ||
               counters_.cached_entries > limits_.max_entries) &&
@@ -265,7 +265,7 @@ int HostAllocCache::ForgetWhere(absl::FunctionRef<bool(const Block&)> matches) {
     }
     if (b.state == State::kCached) {
       Uncache(it->first, b);
-      holding_.fetch_sub(1, std::memory_order_relaxed);
+      AddHolding(-1);
       counters_.forgotten += 1;
     }
     forgotten += 1;
@@ -298,6 +298,18 @@ int HostAllocCache::ReleaseWhere(absl::FunctionRef<bool(const Block&)> matches,
 int HostAllocCache::CollectIdle(int64_t idle_ns) {
   const int64_t before = driver_->NowNs() - idle_ns;
   return ReleaseWhere([&](const Block& b) { return b.freed_at <= before; }, EvictReason::kIdle);
+}
+
+bool HostAllocCache::ReleaseOldest(EvictReason reason) {
+  if (Abandoned() || !MaybeHolds()) return false;
+  std::vector<Victim> victims;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (lru_.empty()) return false;
+    const uintptr_t base = lru_.begin()->second;
+    TakeVictim(base, blocks_.find(base)->second, reason, &victims);
+  }
+  return Release(victims) > 0;
 }
 
 int HostAllocCache::ReleaseAll(EvictReason reason) {

@@ -30,6 +30,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/btree_map.h"
 #include "absl/functional/function_ref.h"
+#include "memory_budget.h"
 #include "pool.h"
 #include "types.h"
 
@@ -57,10 +58,14 @@ class HostAllocObserver {
                              int64_t latency_ns, const ReleaseWait& wait) = 0;
 };
 
+// No defaults of its own for the bounds: HostAllocLimitsFrom (option_limits.h).
 struct HostAllocLimits {
-  uint64_t max_bytes = uint64_t{1} << 33;  // LAZYPIN_HOST_ALLOC_CACHE; 0: keep nothing
-  uint64_t max_entries = 65536;            // LAZYPIN_POOL_ENTRIES
+  uint64_t max_bytes = 0;    // LAZYPIN_HOST_ALLOC_CACHE; 0: keep nothing
+  uint64_t max_entries = 0;  // LAZYPIN_POOL_ENTRIES (blocks, counted apart from the pool's)
   bool zero = true;                        // zero a served block (a fresh one reads as zeros)
+  // Kept blocks yield to the program's demand (may be null): a free is kept
+  // only if it says so, and kept blocks count in its gauge.
+  MemoryBudget* budget = nullptr;
 };
 
 struct HostAllocRequest {
@@ -124,6 +129,8 @@ class HostAllocCache {
   // The collector: really frees the blocks cached for longer than `idle_ns`.
   int CollectIdle(int64_t idle_ns);
   int ReleaseAll(EvictReason reason);
+  // Really frees the block kept longest; false if none is kept.
+  bool ReleaseOldest(EvictReason reason);
   // In a fork's child: never use or free a block again (no lock, no driver).
   void AbandonAfterFork() { abandoned_.store(true, std::memory_order_relaxed); }
   bool Abandoned() const { return abandoned_.load(std::memory_order_relaxed); }
@@ -178,6 +185,13 @@ class HostAllocCache {
   // Waits until no block overlapping [lo, hi) is being released.
   void AwaitQuiet(std::unique_lock<std::mutex>& lock, uintptr_t lo, uintptr_t hi);
   bool RangeQuiet(uintptr_t lo, uintptr_t hi) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // holding_, mirrored in the budget's gauge.
+  void AddHolding(int64_t n) {
+    holding_.fetch_add(n, std::memory_order_relaxed);
+    if (limits_.budget != nullptr) {
+      limits_.budget->gauge()->fetch_add(n * MemoryBudget::kKeptUnit, std::memory_order_relaxed);
+    }
+  }
   // Frees the victims through the driver without the lock, then forgets them.
   int Release(std::vector<Victim>& victims) ABSL_LOCKS_EXCLUDED(mu_);
   int ForgetWhere(absl::FunctionRef<bool(const Block&)> matches) ABSL_LOCKS_EXCLUDED(mu_);

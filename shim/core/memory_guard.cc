@@ -6,6 +6,7 @@
 
 #include "collector.h"
 #include "glibc_blocks.h"
+#include "memory_budget.h"
 #include "pages.h"
 #include "thread_state.h"
 
@@ -36,14 +37,58 @@ void MemoryGuard::Leaving(uintptr_t lo, uintptr_t hi, EvictReason reason) const 
 
 void MemoryGuard::Protecting(uintptr_t lo, uintptr_t hi, int prot) const {
   constexpr int kReadWrite = PROT_READ | PROT_WRITE;
-  if ((prot & kReadWrite) != kReadWrite) Leaving(lo, hi, EvictReason::kMprotect);
+  if ((prot & kReadWrite) != kReadWrite) {
+    Leaving(lo, hi, EvictReason::kMprotect);
+  } else {
+    Touching(lo, hi, EvictReason::kMprotect);
+  }
+}
+
+void MemoryGuard::Touching(uintptr_t lo, uintptr_t hi, EvictReason reason) const {
+  if (t_state.inside == 0 && HostHolding() && !LeftProcess()) {
+    ScopedInsideLazypin inside;
+    host_cache_->Invalidate(lo, hi, reason);
+  }
+}
+
+void MemoryGuard::Reclaiming(uintptr_t lo, uintptr_t hi) const {
+  Touching(lo, hi, EvictReason::kMemoryCall);
+  if (t_state.inside > 0 || t_state.own_thread || LeftProcess()) return;
+  // Frees handed to the collector and not yet made: made first (the block
+  // may be there), as without lazypin the free was made when it returned.
+  constexpr int64_t kWaitMs = 2000;
+  if (collector_ != nullptr && collector_->PendingBytes() != 0) collector_->WaitHandedFrees(kWaitMs);
+  if (!reuse_ || !pool_->MaybeHolds(lo, hi)) return;
+  ScopedInsideLazypin inside;
+  pool_->ReleaseParked(EvictReason::kMmapFixed, lo, hi);
+}
+
+void MemoryGuard::YieldingWatch(uintptr_t lo, uintptr_t hi) const {
+  if (t_state.inside > 0 || t_state.own_thread || !pool_->MaybeTracks(lo, hi) || LeftProcess()) {
+    return;
+  }
+  ScopedInsideLazypin inside;
+  pool_->YieldWatch(lo, hi, EvictReason::kUserfaultfd);
+}
+
+size_t MemoryGuard::BlockBytes(const void* block) const {
+  // glibc's own checks first, on the header words its free reads first: a
+  // pointer it rejects is left for it to reject, where malloc_usable_size
+  // would read further (the next chunk's header) and fault first.
+  if (glibc_) return GlibcChunkOf(block, PageSize()).usable;
+  return malloc_usable_size(const_cast<void*>(block));
+}
+
+bool MemoryGuard::Parkable(const void* block) {
+  const GlibcChunk chunk = GlibcChunkOf(block, PageSize());
+  return chunk.servable && (!chunk.mmapped || chunk.usable + 16 >= GlibcMmapFloorNow());
 }
 
 bool MemoryGuard::TakeFree(void* block) const {
   if (!pool_->Tracking()) return false;  // Holding() only for the host cache's blocks
   const uintptr_t lo = reinterpret_cast<uintptr_t>(block);
-  const size_t bytes = malloc_usable_size(block);
-  if (!pool_->MaybeTracks(lo, lo + bytes) || LeftProcess()) return false;
+  const size_t bytes = BlockBytes(block);
+  if (bytes == 0 || !pool_->MaybeTracks(lo, lo + bytes) || LeftProcess()) return false;
   if (t_state.inside > 0) {
     // lazypin's own code is running on this thread (and may hold the pool's
     // lock), so this free comes from it (never pooled memory) or from a
@@ -59,7 +104,21 @@ bool MemoryGuard::TakeFree(void* block) const {
     }
     return true;
   }
+  // A second free of a block whose first free lazypin holds (handed over, or
+  // parked below): the first is made glibc's, on this thread, before this one
+  // reaches glibc's free, which then fails as without lazypin ("double free
+  // detected": its tcache check looks at the freeing thread's cache).
+  constexpr int64_t kDoubleFreeWaitMs = 2000;
+  if (collector_ != nullptr && collector_->PendingBytes() != 0) {
+    ScopedInsideLazypin inside;
+    switch (collector_->FreedAgain(block, kDoubleFreeWaitMs)) {
+      case Collector::Again::kNotPending: break;
+      case Collector::Again::kDone: return false;
+      case Collector::Again::kTimedOut: return true;  // freed once, later: never twice
+    }
+  }
   bool pooled;
+  bool parked_before = false;
   {
     ScopedInsideLazypin inside;  // a signal handler's free meanwhile must not take the lock
     // The pool's lock busy: its holder may wait for the allocator's lock,
@@ -75,10 +134,22 @@ bool MemoryGuard::TakeFree(void* block) const {
     }
     // Kept: the block stays the allocator's (allocated) and registered, so
     // its pages stay the same until an allocation takes it back or the pool
-    // releases it (unregister, then the real free).
-    if (pooled && reuse_ && pool_->Park(lo, bytes)) return true;
+    // releases it (unregister, then the real free). Only a block an
+    // allocation could be given as a fresh one (Parkable): another would stay
+    // parked while later allocations of its kind land elsewhere.
+    if (pooled && reuse_) {
+      if (Parkable(block) && pool_->Park(lo, bytes)) return true;
+      parked_before = pool_->HoldsParked(lo);
+    }
   }
   if (!pooled) return false;
+  if (parked_before) {
+    // Its first free was parked: glibc has not seen it. Released here (the
+    // unregister, then glibc's free of it, on this thread), then this one
+    // goes to glibc.
+    Leaving(lo, lo + bytes, EvictReason::kDoubleFree);
+    return false;
+  }
   // The collector unregisters, then frees it, so this thread never calls the
   // driver here (it may be a signal handler that interrupted the driver) nor
   // waits for an unregister stalled by a busy GPU.
@@ -93,9 +164,17 @@ bool MemoryGuard::ReleaseParkedForAllocation() const {
   return collector_->ReleaseParked(kWaitMs);
 }
 
+void MemoryGuard::MakeRoomFor(size_t bytes) const {
+  if (budget_ == nullptr || collector_ == nullptr || t_state.inside > 0 || LeftProcess()) return;
+  if (bytes >= (~size_t{0} >> 2)) return;  // no release makes that fit
+  if (const uint64_t headroom = budget_->Announce(bytes); headroom != 0) {
+    collector_->MakeRoom(headroom, kMakeRoomWaitMs);
+  }
+}
+
 void* MemoryGuard::Serve(size_t bytes, size_t align) const {
   if (!reuse_ || t_state.inside > 0) return nullptr;
-  const FreshSizes sizes = GlibcFreshUsable(bytes, align, PageSize());
+  const FreshSizes sizes = GlibcFreshUsable(bytes, align, PageSize(), GlibcMmapFloorNow());
   if (!pool_->MaybeParked(sizes) || LeftProcess()) return nullptr;
   ScopedInsideLazypin inside;
   return reinterpret_cast<void*>(pool_->Unpark(sizes, align));

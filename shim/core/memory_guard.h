@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "glibc_blocks.h"
 #include "host_alloc_cache.h"
 #include "pool.h"
 #include "types.h"
@@ -21,6 +22,7 @@
 namespace lazypin {
 
 class Collector;
+class MemoryBudget;
 
 class MemoryGuard {
  public:
@@ -34,10 +36,14 @@ class MemoryGuard {
   // lazypin keeps; memory leaving over one frees it first (Leaving).
   // `reuse`: freed malloc'd blocks come back (Pool::Park, Serve); the pool
   // must have EnableReuse'd.
+  // `glibc`: the process's malloc family is glibc's (AllocatorReuseCheck), so
+  // a freed block's header is read as glibc's free reads it (GlibcChunkOf).
+  // `budget` (may be null): kept memory yields to allocations (MakeRoomFor).
   MemoryGuard(Pool* pool, Collector* collector, ProcessCheck left_process = nullptr,
-              HostAllocCache* host_cache = nullptr, bool reuse = false)
+              HostAllocCache* host_cache = nullptr, bool reuse = false, bool glibc = false,
+              MemoryBudget* budget = nullptr)
       : pool_(pool), collector_(collector), left_process_(left_process), host_cache_(host_cache),
-        reuse_(reuse) {}
+        reuse_(reuse), glibc_(glibc || reuse), budget_(budget) {}
 
   // Cheap and lock-free: false means the pool holds no entry (in use or
   // deferred) and the host-allocation cache keeps no block, and every call
@@ -52,8 +58,22 @@ class MemoryGuard {
 
   // mprotect/pkey_mprotect(lo, hi - lo, prot) is about to run: if `prot`
   // takes read or write access away, the driver would refuse a registration
-  // there, so [lo, hi) is treated as leaving (EvictReason::kMprotect).
+  // there, so [lo, hi) is treated as leaving (EvictReason::kMprotect); any
+  // other protection only Touching.
   void Protecting(uintptr_t lo, uintptr_t hi, int prot) const;
+  // A memory call acts on [lo, hi) (mprotect, mlock, mincore, msync, ...):
+  // blocks the program gave back with cudaFreeHost and the host-allocation
+  // cache keeps there are freed first, so that the call meets what it meets
+  // without lazypin (unmapped memory). Registrations are not touched.
+  void Touching(uintptr_t lo, uintptr_t hi, EvictReason reason) const;
+  // mmap(MAP_FIXED_NOREPLACE) over [lo, hi): Touching, and blocks the
+  // program freed that are parked there (LAZYPIN_REUSE_FREED) are released,
+  // so that the mapping fails or succeeds as it does without lazypin.
+  void Reclaiming(uintptr_t lo, uintptr_t hi) const;
+  // The program registers [lo, hi) with a userfaultfd of its own
+  // (UFFDIO_REGISTER): lazypin's kernel watch lets go of it first
+  // (Pool::YieldWatch), so the kernel accepts the program's.
+  void YieldingWatch(uintptr_t lo, uintptr_t hi) const;
 
   // free(block): true if the guard took the block over (it overlaps pooled
   // memory; it is freed once that is unregistered, by the collector or when
@@ -65,7 +85,7 @@ class MemoryGuard {
 
   // An allocation of `bytes` aligned to `align` (0: malloc's): a parked block
   // its own fresh glibc block could have been (GlibcFreshUsable), or null
-  // (then the caller allocates). Null on a thread inside lazypin's code and
+  // (then the caller allocates; glibc's mmap threshold: GlibcMmapFloorNow). Null on a thread inside lazypin's code and
   // in a copy of the process. Not async-signal-safe (nor is malloc).
   void* Serve(size_t bytes, size_t align) const;
   // An allocation failed while blocks are parked: has the collector release
@@ -74,8 +94,21 @@ class MemoryGuard {
   // lazypin's code; never calls the driver on the caller's thread (it may
   // be inside the driver).
   bool ReleaseParkedForAllocation() const;
+  // The program is about to allocate `bytes` (and touch them) while lazypin
+  // keeps memory it gave back: when the headroom does not cover them and the
+  // margin (MemoryBudget::Announce), has the collector release kept memory
+  // first and waits for that (at most kMakeRoomWaitMs). Never on a thread
+  // inside lazypin's code, never calls the driver on the caller's thread.
+  void MakeRoomFor(size_t bytes) const;
+  static constexpr int64_t kMakeRoomWaitMs = 1000;
 
  private:
+  // What a freed block spans (0: glibc would reject it; see GlibcChunkOf).
+  size_t BlockBytes(const void* block) const;
+  // A block an allocation could be given as it is, with glibc's state after
+  // its free as without lazypin (GlibcChunkOf; an mmapped chunk only of a
+  // size glibc would mmap again, GlibcMmapFloorNow).
+  static bool Parkable(const void* block);
   bool LeftProcess() const { return left_process_ != nullptr && left_process_(); }
   bool HostHolding() const { return host_cache_ != nullptr && host_cache_->MaybeHolds(); }
 
@@ -84,6 +117,8 @@ class MemoryGuard {
   const ProcessCheck left_process_;
   HostAllocCache* const host_cache_;
   const bool reuse_;
+  const bool glibc_;
+  MemoryBudget* const budget_;
 };
 
 }  // namespace lazypin

@@ -8,6 +8,7 @@
 
 #include "absl/types/span.h"
 #include "fmt/format.h"
+#include "memory_budget.h"
 #include "pages.h"
 
 namespace lazypin {
@@ -155,6 +156,7 @@ bool Pool::Park(uintptr_t block, size_t usable) {
   if (!ReuseEnabled() || abandoned_.load(std::memory_order_relaxed) || Empty() || usable == 0) {
     return false;
   }
+  if (reuse_.budget != nullptr && !reuse_.budget->MayKeep()) return false;
   const uintptr_t hi = RangeEnd(block, usable);
   std::lock_guard<std::mutex> lock(mu_);
   if (!RangeQuiet(PageFloor(block), PageCeil(hi))) return false;  // never wait here (a handler)
@@ -206,10 +208,13 @@ int Pool::Evict(std::vector<Victim>& victims) { return Evict(victims.data(), vic
 int Pool::Evict(const Victim* victims, size_t count) {
   if (count == 0) return 0;
   uint64_t forced = 0;
+  Context waited = nullptr;  // the context the previous release waited for
   for (const Victim& v : absl::MakeConstSpan(victims, count)) {
     const int64_t t0 = driver_->NowNs();
     ReleaseWait wait;
+    wait.after_wait = waited != nullptr && waited == v.ctx;
     const int result = driver_->Unregister(v.base, v.ctx, &wait);
+    waited = wait.forced ? nullptr : v.ctx;
     forced += wait.forced ? 1 : 0;
     if (observer_ != nullptr) {
       observer_->OnEvict(v.base, v.bytes, v.reason, result, driver_->NowNs() - t0, wait);
@@ -668,15 +673,15 @@ int Pool::DropWhere(absl::FunctionRef<bool(const Entry&)> matches, bool forget_i
   return Evict(victims);
 }
 
-int Pool::DropContext(Context ctx) {
-  return DropWhere([ctx](const Entry& e) { return e.ctx == ctx; }, /*forget_in_use=*/true);
+int Pool::DropContext(Context ctx, bool forget_in_use) {
+  return DropWhere([ctx](const Entry& e) { return e.ctx == ctx; }, forget_in_use);
 }
 
 int Pool::DropDevice(int device, bool forget_in_use) {
   return DropWhere([device](const Entry& e) { return e.device == device; }, forget_in_use);
 }
 
-int Pool::CollectIdle(int64_t idle_ns) {
+int Pool::CollectIdle(int64_t idle_ns, EvictReason reason) {
   if (abandoned_.load(std::memory_order_relaxed) || Empty()) return 0;
   const int64_t cutoff = driver_->NowNs() - idle_ns;
   std::vector<Victim> victims;
@@ -686,13 +691,13 @@ int Pool::CollectIdle(int64_t idle_ns) {
     while (!lru_.empty()) {
       Entry& e = entries_.find(lru_.begin()->second)->second;
       if (e.deferred_at > cutoff) break;
-      TakeVictim(e, EvictReason::kIdle, &victims);
+      TakeVictim(e, reason, &victims);
     }
   }
   return Evict(victims);
 }
 
-int Pool::ReleaseParked(EvictReason reason) {
+int Pool::ReleaseParked(EvictReason reason, uintptr_t lo, uintptr_t hi) {
   if (abandoned_.load(std::memory_order_relaxed)) return 0;
   // One at a time, allocating nothing: an allocation just failed.
   int released = 0;
@@ -700,14 +705,57 @@ int Pool::ReleaseParked(EvictReason reason) {
     Victim victim[1];
     {
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = entries_.begin();
-      while (it != entries_.end() && it->second.parked == 0) ++it;
-      if (it == entries_.end()) break;
+      auto it = FirstOverlap(lo);
+      while (it != entries_.end() && it->first < hi && it->second.parked == 0) ++it;
+      if (it == entries_.end() || it->first >= hi) break;
       victim[0] = TakeVictim(it->second, reason);
     }
     released += Evict(victim, 1);
   }
   return released;
+}
+
+bool Pool::ReleaseOldestParked(EvictReason reason) {
+  if (abandoned_.load(std::memory_order_relaxed)) return false;
+  Victim victim[1];
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (counters_.parked_now == 0) return false;
+    auto it = lru_.begin();
+    while (it != lru_.end() && entries_.find(it->second)->second.parked == 0) ++it;
+    if (it == lru_.end()) return false;
+    victim[0] = TakeVictim(entries_.find(it->second)->second, reason);
+  }
+  return Evict(victim, 1) > 0;
+}
+
+bool Pool::HoldsParked(uintptr_t block) const {
+  if (abandoned_.load(std::memory_order_relaxed) || Empty()) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(block);
+  return it != entries_.end() && it->second.parked != 0;
+}
+
+int Pool::YieldWatch(uintptr_t lo, uintptr_t hi, EvictReason reason) {
+  if (abandoned_.load(std::memory_order_relaxed) || !Tracking() || hi <= lo) return 0;
+  std::vector<Victim> victims;
+  std::vector<Range> unwatched;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    AwaitQuiet(lock, PageFloor(lo), PageCeil(hi));
+    for (auto it = FirstOverlap(lo); it != entries_.end() && it->first < hi; ++it) {
+      Entry& e = it->second;
+      if (e.state == State::kDeferred) {
+        TakeVictim(e, reason, &victims);
+      } else if (e.state == State::kInUse && e.watched) {
+        unwatched.push_back(Range{e.base, RangeEnd(e.base, e.bytes)});
+        e.watched = false;
+        e.pass = PassReason::kUnwatched;
+      }
+    }
+  }
+  ReleaseWatched(unwatched);
+  return Evict(victims) + static_cast<int>(unwatched.size());
 }
 
 int Pool::ReleaseAll(EvictReason reason) {

@@ -40,14 +40,19 @@
 
 namespace lazypin {
 
+class MemoryBudget;
 using Context = void*;  // a CUcontext, opaque to the pool
 
 // How a release went before its unregister: the time spent waiting for the
 // GPU's work in flight, and whether it was released without that wait
 // finishing (a capture in progress, or the wait's bound passed).
+// `after_wait` is the caller's: the release right before, in the same
+// batch and context, waited already, so this one does not wait again (one
+// wait per batch: a fork's release of the whole pool, an eviction's victims).
 struct ReleaseWait {
   int64_t waited_ns = 0;
   bool forced = false;
+  bool after_wait = false;
 };
 
 // The pool's only route to the driver.
@@ -91,6 +96,9 @@ struct ReuseHooks {
   // At most this many bytes (usable sizes) parked at once: memory the program
   // believes freed (LAZYPIN_REUSE_FREED). A free past it is handled as before.
   uint64_t max_bytes = ~uint64_t{0};
+  // Parked blocks yield to the program's demand (may be null): a block is
+  // parked only if it says so (MemoryBudget::MayKeep).
+  MemoryBudget* budget = nullptr;
 };
 
 // Told of what the pool does outside the program's own calls (for the log).
@@ -102,9 +110,10 @@ class PoolObserver {
   virtual void OnWarning(const std::string& message) = 0;
 };
 
+// No defaults of its own: PoolLimitsFrom (option_limits.h) fills it from Config.
 struct PoolLimits {
-  uint64_t max_bytes = uint64_t{1} << 33;
-  uint64_t max_entries = 65536;
+  uint64_t max_bytes = 0;     // LAZYPIN_POOL_BYTES
+  uint64_t max_entries = 0;   // LAZYPIN_POOL_ENTRIES
   bool check_frames = false;  // LAZYPIN_CHECK_PFN
 };
 
@@ -239,13 +248,14 @@ class Pool {
   // thread holds it.
   bool Leave(uintptr_t lo, uintptr_t hi, bool wait, bool* pooled);
 
-  // A context is destroyed: release its deferred entries, forget its in-use ones.
-  int DropContext(Context ctx);
+  // A context is destroyed (or a primary context reset or released): release
+  // its deferred entries; forget its in-use ones too when `forget_in_use`.
+  int DropContext(Context ctx, bool forget_in_use = true);
   // A device's primary context is reset or released: release its deferred
   // entries; forget its in-use ones too when `forget_in_use` (reset).
   int DropDevice(int device, bool forget_in_use);
   // The collector: release deferred entries unused for `idle_ns`.
-  int CollectIdle(int64_t idle_ns);
+  int CollectIdle(int64_t idle_ns, EvictReason reason = EvictReason::kIdle);
   // Release every deferred entry (LAZYPIN_RELEASE_AT_EXIT).
   int ReleaseAll(EvictReason reason);
   // In a fork's child: forget everything without touching the driver or the
@@ -275,9 +285,20 @@ class Pool {
   // entry stays deferred until the program registers it: a hit); 0 if none,
   // and 0 when the lock stays busy over a few yields (it never blocks).
   uintptr_t Unpark(const FreshSizes& sizes, size_t align);
-  // Releases every parked block (unregister, then the real free): an
-  // allocation failed while they held memory. Returns how many.
-  int ReleaseParked(EvictReason reason);
+  // Releases every parked block overlapping [lo, hi) (unregister, then the
+  // real free): an allocation failed while they held memory, or the program
+  // maps over memory it freed. Returns how many.
+  int ReleaseParked(EvictReason reason, uintptr_t lo = 0, uintptr_t hi = ~uintptr_t{0});
+  // A parked block is based at `block` (a free of it is the program's second).
+  bool HoldsParked(uintptr_t block) const;
+  // Another userfaultfd is to register [lo, hi) (the program's own): the
+  // kernel allows one per range, so lazypin lets go of it. Deferred entries
+  // there are released (`reason`); in-use ones are unwatched and never
+  // deferred (their unregister is the driver's). Returns how many were touched.
+  int YieldWatch(uintptr_t lo, uintptr_t hi, EvictReason reason);
+  // Releases the block parked longest (unregister, then the real free):
+  // false if none is parked.
+  bool ReleaseOldestParked(EvictReason reason);
   // Cheap and lock-free: false means Unpark(sizes, ...) would find nothing.
   bool MaybeParked(const FreshSizes& sizes) const {
     for (int i = 0; i < sizes.count; ++i) {

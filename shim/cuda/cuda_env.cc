@@ -1,8 +1,11 @@
 // cuda_env: the CUDA side of DispatchEnv (see cuda_env.h).
 #include "cuda_env.h"
 
+#include <algorithm>
+
 #include "capture.h"
 #include "cuda.h"
+#include "cuda_pool_driver.h"
 #include "real.h"
 
 namespace lazypin {
@@ -12,6 +15,8 @@ real::Lazy<CUresult (*)(CUcontext*)> g_ctx_get_current;
 real::Lazy<CUresult (*)(CUdevice*)> g_ctx_get_device;
 real::Lazy<CUresult (*)(int*)> g_driver_get_version;
 real::Lazy<CUresult (*)()> g_ctx_synchronize;
+real::Lazy<CUresult (*)(CUcontext)> g_ctx_push;
+real::Lazy<CUresult (*)(CUcontext*)> g_ctx_pop;
 real::Lazy<CUresult (*)(CUdevice, unsigned*, int*)> g_primary_get_state;
 real::Lazy<CUresult (*)(CUstream, CUstreamCaptureStatus*)> g_stream_is_capturing;
 real::Lazy<CUresult (*)(CUstream)> g_stream_synchronize;
@@ -51,7 +56,38 @@ int CudaEnv::WaitForDevice(Context ctx) {
   if (Captures().InProgress(ctx)) return kCudaCaptureUnsupported;
   // `ctx` is current on this thread: cuCtxSynchronize waits for it alone.
   auto synchronize = g_ctx_synchronize.Get(&real::Driver, "cuCtxSynchronize");
-  return synchronize != nullptr ? int{synchronize()} : kCudaNotInitialized;
+  if (synchronize == nullptr) return kCudaNotInitialized;
+  // Several devices: the driver's wait covers every device's work, so this
+  // one waits for the other devices' active primary contexts and the other
+  // contexts lazypin knows too, each pushed on this thread
+  // (cuda_pool_driver.h). A capture in progress in one of them: no wait,
+  // forwarded.
+  Context others[kMaxDevices];
+  const int n = DeviceCount() > 1 ? OtherDeviceContexts(ctx, others, kMaxDevices) : 0;
+  for (int i = 0; i < n; ++i) {
+    if (Captures().InProgress(others[i])) return kCudaCaptureUnsupported;
+  }
+  const int result = synchronize();
+  if (result != CUDA_SUCCESS || n == 0) return result;
+  auto push = g_ctx_push.Get(&real::Driver, "cuCtxPushCurrent_v2");
+  auto pop = g_ctx_pop.Get(&real::Driver, "cuCtxPopCurrent_v2");
+  if (push == nullptr || pop == nullptr) return kCudaNotInitialized;
+  for (int i = 0; i < n; ++i) {
+    // A context destroyed meanwhile has no work left to wait for.
+    if (push(static_cast<CUcontext>(others[i])) != CUDA_SUCCESS) continue;
+    const int other = synchronize();
+    CUcontext popped;
+    pop(&popped);
+    if (other != CUDA_SUCCESS && other != CUDA_ERROR_CONTEXT_IS_DESTROYED) return other;
+  }
+  return result;
+}
+
+Context CudaEnv::ActivePrimaryContext(int device) { return lazypin::ActivePrimaryContext(device); }
+
+int CudaEnv::RecordedDevice() {
+  // One relaxed load with one device.
+  return DeviceCount() > 1 ? std::min(CurrentDevice(), 127) : -1;
 }
 
 bool CudaEnv::PrimaryContextActive(int device) {

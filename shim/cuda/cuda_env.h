@@ -18,6 +18,8 @@ class CudaEnv : public DispatchEnv {
   bool CaptureForbidsDeferral() override;
   int WaitForDevice(Context ctx) override;
   bool PrimaryContextActive(int device) override;
+  Context ActivePrimaryContext(int device) override;
+  int RecordedDevice() override;
   void SynchronizeStream(void* stream) override;
   bool StreamIdle(void* stream) override;
 

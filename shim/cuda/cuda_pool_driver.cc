@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <memory>
@@ -23,6 +24,9 @@
 #include "thread_state.h"
 
 namespace lazypin {
+
+// `make_waiters`: start a waiter for each context found (never in a release).
+int OtherDeviceContexts(Context own, Context* out, int max, bool make_waiters);
 
 namespace {
 
@@ -66,6 +70,11 @@ class ContextIdleWaiter {
     }
   }
   Context ctx() const { return ctx_.load(std::memory_order_acquire); }
+  // A synchronize has been running for longer than `stuck_ns` (the GPU does not go idle).
+  bool Stuck(int64_t stuck_ns) const {
+    const int64_t since = busy_since_.load(std::memory_order_acquire);
+    return since != 0 && MonotonicNs() - since > stuck_ns;
+  }
 
  private:
   void Run() {
@@ -104,18 +113,42 @@ class ContextIdleWaiter {
   std::atomic<int64_t> busy_since_{0};  // when the synchronize in progress began; 0: none
 };
 
+// Every context's waiter. Never destroyed: their threads live on.
+struct Waiters {
+  static constexpr int kMaxContexts = 16;
+  std::mutex mu;
+  ContextIdleWaiter* waiters[kMaxContexts] = {};
+  int count = 0;  // guarded by mu
+
+  // Caller holds mu.
+  ContextIdleWaiter* FindLocked(Context ctx) {
+    for (int i = 0; i < count; ++i) {
+      if (waiters[i]->ctx() == ctx) return waiters[i];
+    }
+    return nullptr;
+  }
+};
+Waiters& AllWaiters() {
+  static Waiters* waiters = new Waiters;
+  return *waiters;
+}
+
+ContextIdleWaiter* ExistingWaiterFor(Context ctx) {
+  Waiters& all = AllWaiters();
+  std::lock_guard<std::mutex> lock(all.mu);
+  return all.FindLocked(ctx);
+}
+
 // The context's waiter (`ctx` null: one started for a context not yet
 // seen, which the next new context adopts), started on first use unless one
-// waits for adoption; null past kMaxContexts.
+// waits for adoption; null past Waiters::kMaxContexts.
 ContextIdleWaiter* WaiterFor(Context ctx) {
-  static constexpr int kMaxContexts = 16;
-  static std::mutex mu;
-  static ContextIdleWaiter* waiters[kMaxContexts] = {};  // never destroyed: their threads live on
-  static int count = 0;
-  std::lock_guard<std::mutex> lock(mu);
-  for (int i = 0; i < count; ++i) {
-    if (waiters[i]->ctx() == ctx) return waiters[i];
-  }
+  static constexpr int kMaxContexts = Waiters::kMaxContexts;
+  Waiters& all = AllWaiters();
+  std::lock_guard<std::mutex> lock(all.mu);
+  ContextIdleWaiter** const waiters = all.waiters;
+  int& count = all.count;
+  if (ContextIdleWaiter* found = all.FindLocked(ctx)) return found;
   if (ctx != nullptr && count > 0 && waiters[count - 1]->ctx() == nullptr) {
     waiters[count - 1]->Adopt(ctx);
     return waiters[count - 1];
@@ -133,6 +166,11 @@ ContextIdleWaiter* WaiterFor(Context ctx) {
 }
 
 real::Lazy<CUresult (*)(CUstreamCaptureMode*)> g_capture_mode;
+real::Lazy<CUresult (*)(int*)> g_device_count;
+real::Lazy<CUresult (*)(CUdevice, unsigned*, int*)> g_primary_state;
+real::Lazy<CUresult (*)(CUcontext*, CUdevice)> g_primary_retain;
+real::Lazy<CUresult (*)(CUdevice)> g_primary_release;
+real::Lazy<CUresult (*)(CUdevice*)> g_ctx_device;
 
 // One of lazypin's own releases (`release`: an unregister or a host free) of
 // something made in `ctx`: waits for the GPU first, then releases with `ctx`
@@ -146,11 +184,32 @@ int ReleaseInContext(Context ctx, ReleaseWait* wait, absl::FunctionRef<int()> re
   // (docs/design.md). Not while a capture is in progress in the context:
   // a synchronize would invalidate it.
   const int64_t t0 = MonotonicNs();
-  if (ctx != nullptr && Captures().InProgress(ctx)) {
+  if (wait->after_wait) {
+    // The release before it in this batch waited for the same context.
+  } else if (ctx != nullptr && Captures().InProgress(ctx)) {
     wait->forced = true;
   } else if (ctx != nullptr) {
     ContextIdleWaiter* waiter = WaiterFor(ctx);
     wait->forced = waiter == nullptr || !waiter->Wait(t0 + kReleaseWaitNs, kReleaseWaitNs);
+    // The other devices' work too: the driver's release waits for it
+    // (several devices). Only waiters made before (at a register or a kept
+    // free): a release may run in a memory hook, which starts no thread.
+    if (DeviceCount() > 1) {
+      Context others[kMaxDevices];
+      const int n = OtherDeviceContexts(ctx, others, kMaxDevices, /*make_waiters=*/false);
+      for (int i = 0; i < n; ++i) {
+        ContextIdleWaiter* other = ExistingWaiterFor(others[i]);
+        if (Captures().InProgress(others[i]) || other == nullptr) {
+          wait->forced = true;
+          continue;
+        }
+        // Missed: the bound passed or the GPU does not go idle. A context
+        // destroyed meanwhile (its synchronize fails at once) has no work left.
+        if (!other->Wait(t0 + kReleaseWaitNs, kReleaseWaitNs) &&
+            (MonotonicNs() >= t0 + kReleaseWaitNs || other->Stuck(kReleaseWaitNs)))
+          wait->forced = true;
+      }
+    }
     wait->waited_ns = MonotonicNs() - t0;
   }
   // Not part of any stream capture the program has in progress: in the
@@ -189,7 +248,15 @@ class CudaPoolDriver final : public PoolDriver {
   void Release(uintptr_t lo, uintptr_t hi) override {
     if (watch_ != nullptr) watch_->Unwatch(lo, hi);
   }
-  void PrepareRelease(Context ctx) override { WaiterFor(ctx); }
+  // The waiters a release in `ctx` uses: its own and, with several devices,
+  // the other devices' (ReleaseInContext).
+  void PrepareRelease(Context ctx) override {
+    WaiterFor(ctx);
+    if (DeviceCount() > 1) {
+      Context others[kMaxDevices];
+      OtherDeviceContexts(ctx, others, kMaxDevices, /*make_waiters=*/true);
+    }
+  }
   void Prefault(uintptr_t lo, uintptr_t hi, unsigned flags) override {
     if (ShouldPrefault(lo, hi, flags, prefault_threads_)) PrefaultRange(lo, hi, prefault_threads_);
   }
@@ -234,6 +301,69 @@ class CudaHostAllocDriver final : public HostAllocDriver {
 };
 
 }  // namespace
+
+int DeviceCount() {
+  static std::atomic<int> count{0};
+  int n = count.load(std::memory_order_relaxed);
+  if (n > 0) return n;
+  auto get = g_device_count.Get(&real::Driver, "cuDeviceGetCount");
+  if (get == nullptr || get(&n) != CUDA_SUCCESS || n < 1) return 1;
+  count.store(n, std::memory_order_relaxed);
+  return n;
+}
+
+Context ActivePrimaryContext(int device) {
+  auto state = g_primary_state.Get(&real::Driver, "cuDevicePrimaryCtxGetState");
+  auto retain = g_primary_retain.Get(&real::Driver, "cuDevicePrimaryCtxRetain");
+  auto release = g_primary_release.Get(&real::Driver, "cuDevicePrimaryCtxRelease_v2");
+  if (state == nullptr || retain == nullptr || release == nullptr) return nullptr;
+  unsigned flags = 0;
+  int active = 0;
+  if (state(device, &flags, &active) != CUDA_SUCCESS || active == 0) return nullptr;
+  CUcontext primary = nullptr;
+  if (retain(&primary, device) != CUDA_SUCCESS) return nullptr;
+  release(device);
+  return primary;
+}
+
+int OtherDeviceContexts(Context own, Context* out, int max, bool make_waiters) {
+  const int devices = DeviceCount();
+  if (devices < 2) return 0;
+  auto ctx_device = g_ctx_device.Get(&real::Driver, "cuCtxGetDevice");
+  CUdevice own_device = -1;
+  if (ctx_device != nullptr && own != nullptr) {
+    auto push = g_push.Get(&real::Driver, "cuCtxPushCurrent_v2");
+    auto pop = g_pop.Get(&real::Driver, "cuCtxPopCurrent_v2");
+    if (push != nullptr && pop != nullptr && push(static_cast<CUcontext>(own)) == CUDA_SUCCESS) {
+      if (ctx_device(&own_device) != CUDA_SUCCESS) own_device = -1;
+      CUcontext popped;
+      pop(&popped);
+    }
+  }
+  int n = 0;
+  for (int d = 0; d < devices && d < kMaxDevices && n < max; ++d) {
+    if (d == own_device) continue;
+    const Context primary = ActivePrimaryContext(d);
+    if (primary == nullptr || primary == own) continue;
+    if (make_waiters) WaiterFor(primary);
+    out[n++] = primary;
+  }
+  // And every other context lazypin has a waiter for (it saw a registration,
+  // a kept free or a wait there: contexts made with cuCtxCreate too, on any
+  // device). One destroyed since fails its push: nothing to wait for.
+  Waiters& all = AllWaiters();
+  std::lock_guard<std::mutex> lock(all.mu);
+  for (int i = 0; i < all.count && n < max; ++i) {
+    const Context c = all.waiters[i]->ctx();
+    if (c == nullptr || c == own || std::find(out, out + n, c) != out + n) continue;
+    out[n++] = c;
+  }
+  return n;
+}
+
+int OtherDeviceContexts(Context own, Context* out, int max) {
+  return OtherDeviceContexts(own, out, max, /*make_waiters=*/true);
+}
 
 std::unique_ptr<PoolDriver> MakeCudaPoolDriver(MemWatch* watch, bool defer_shared,
                                                int prefault_threads) {

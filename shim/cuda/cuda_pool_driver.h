@@ -34,4 +34,23 @@ std::unique_ptr<PoolDriver> MakeCudaPoolDriver(MemWatch* watch, bool defer_share
 class HostAllocDriver;
 std::unique_ptr<HostAllocDriver> MakeCudaHostAllocDriver();
 
+// Several devices. The driver's unregister and host free wait for the work in
+// flight on every device (unified addressing; docs/design.md, "Several
+// devices"), so each of lazypin's releases, and the program-visible wait of a
+// deferred unregister or a kept free, covers the other devices too: their
+// active primary contexts. With one device there are none and nothing
+// changes.
+constexpr int kMaxDevices = 64;  // devices past this one are not waited for
+// The driver's device count (cuDeviceGetCount, asked once it succeeds); 1 until then.
+int DeviceCount();
+// `device`'s primary context while it is active (cuDevicePrimaryCtxGetState),
+// learned with a retain and a release, which leave an active context as it
+// was; null when inactive or unknown.
+Context ActivePrimaryContext(int device);
+// The contexts that wait covers besides `own`, into `out` (at most `max`;
+// returns how many): the other devices' active primary contexts, and every
+// other context lazypin has a waiter for. None with one device. Creates a
+// waiter thread for each primary context (never call it in a release).
+int OtherDeviceContexts(Context own, Context* out, int max);
+
 }  // namespace lazypin

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <mutex>
 
+#include "copy_sides.h"
 #include "dispatch.h"
 #include "pool.h"
 #include "types.h"
@@ -36,19 +37,11 @@ namespace lazypin {
 // reach the auto-pin path, nor set lazypin up.
 constexpr uint64_t kAutoPinFloor = uint64_t{64} << 10;
 
+// No defaults of its own: AutoPinLimitsFrom (option_limits.h) fills it from Config.
 struct AutoPinLimits {
-  uint64_t min_bytes = uint64_t{4} << 20;  // LAZYPIN_AUTOPIN_MIN
-  uint64_t max_bytes = uint64_t{1} << 32;  // LAZYPIN_AUTOPIN_BYTES: auto-pinned bytes held at once
-  int after = 1;  // LAZYPIN_AUTOPIN_AFTER: pin at this copy of a range (1: the first)
-};
-
-// One side of a copy as the hook sees it. `lo` 0: device memory (or a CUDA
-// array): nothing to pin. `unified`: a unified-addressing pointer, host or
-// device (cuMemcpy, cuMemcpyAsync, CU_MEMORYTYPE_UNIFIED): the driver is asked.
-struct CopySide {
-  uintptr_t lo = 0;
-  size_t bytes = 0;
-  bool unified = false;
+  uint64_t min_bytes = 0;  // LAZYPIN_AUTOPIN_MIN
+  uint64_t max_bytes = 0;  // LAZYPIN_AUTOPIN_BYTES: auto-pinned bytes held at once
+  int after = 0;  // LAZYPIN_AUTOPIN_AFTER: pin at this copy of a range (1: the first)
 };
 
 // One auto-pin, for the log ("autopin" record) and the statistics.

@@ -14,6 +14,8 @@
 #include <malloc.h>
 #include <string.h>
 
+#include "glibc_blocks.h"
+#include "memory_budget.h"
 #include "memory_guard.h"
 #include "pages.h"
 #include "real.h"
@@ -23,14 +25,16 @@
 
 namespace lazypin {
 
-std::atomic<int64_t> g_parked_blocks{0};
+std::atomic<int64_t> g_alloc_gauge{0};
 
 namespace {
+
 
 using MallocFn = void* (*)(size_t);
 using CallocFn = void* (*)(size_t, size_t);
 using PosixMemalignFn = int (*)(void**, size_t, size_t);
 using AlignFn = void* (*)(size_t, size_t);
+using MalloptFn = int (*)(int, int);
 
 real::Lazy<MallocFn> g_malloc;
 real::Lazy<CallocFn> g_calloc;
@@ -39,13 +43,21 @@ real::Lazy<AlignFn> g_aligned_alloc;
 real::Lazy<AlignFn> g_memalign;
 real::Lazy<MallocFn> g_valloc;
 real::Lazy<MallocFn> g_pvalloc;
+real::Lazy<MalloptFn> g_mallopt;
 
 constexpr size_t kArenaBytes = size_t{256} << 10;
 constexpr size_t kArenaHeader = 16;
 alignas(4096) char g_arena[kArenaBytes];
 std::atomic<size_t> g_arena_used{0};
 
-inline bool AnyParked() { return g_parked_blocks.load(std::memory_order_relaxed) != 0; }
+// The fast path's one load: nothing parked nor kept.
+inline bool AnyParked() { return g_alloc_gauge.load(std::memory_order_relaxed) != 0; }
+// Blocks are parked (the gauge's low 32 bits).
+inline bool Parked() { return (g_alloc_gauge.load(std::memory_order_relaxed) & 0xffffffff) != 0; }
+// Kept memory yields first to a large allocation.
+inline void MaybeAnnounce(size_t bytes) {
+  if (bytes >= MemoryBudget::kAnnounceMin && AnyParked()) AnnounceAllocation(bytes);
+}
 inline bool PowerOfTwo(size_t a) { return a != 0 && (a & (a - 1)) == 0; }
 
 // The real function, or null while it is being looked up on this thread
@@ -62,7 +74,7 @@ Fn RealOrNull(real::Lazy<Fn>& lazy, const char* name) {
 // `saved_errno` is put back then, so a retry that succeeds leaves errno as
 // a first success would have.
 bool RetryAfterRelease(int saved_errno, size_t bytes) {
-  if (!AnyParked() || bytes >= (~size_t{0} >> 2)) return false;  // no release makes that fit
+  if (!Parked() || bytes >= (~size_t{0} >> 2)) return false;  // no release makes that fit
   const ShimState* state = PublishedState();
   const MemoryGuard* guard = state != nullptr ? state->guard : nullptr;
   if (guard == nullptr || !guard->ReleaseParkedForAllocation()) return false;
@@ -98,11 +110,19 @@ size_t BootstrapSize(const void* ptr) {
   return bytes;
 }
 
+void AnnounceAllocation(size_t bytes) {
+  const ShimState* state = PublishedState();
+  if (const MemoryGuard* guard = state != nullptr ? state->guard : nullptr) guard->MakeRoomFor(bytes);
+}
+
 void* ServeParked(size_t bytes, size_t align, bool zero) {
   const ShimState* state = PublishedState();
   const MemoryGuard* guard = state != nullptr ? state->guard : nullptr;
   void* block = guard != nullptr ? guard->Serve(bytes, align) : nullptr;
-  if (block != nullptr && zero) memset(block, 0, malloc_usable_size(block));
+  if (block != nullptr) {
+    const GlibcChunk chunk = GlibcChunkOf(block, PageSize());
+    if (zero || chunk.mmapped) memset(block, 0, chunk.usable);
+  }
   return block;
 }
 
@@ -117,12 +137,12 @@ thread_local int t_probe_hits LAZYPIN_TLS = 0;
 // the slow path meanwhile (the parked count is raised; nothing is parked, so
 // nothing is served).
 bool ReachesOurMalloc(void* fn) {
-  g_parked_blocks.fetch_add(1, std::memory_order_relaxed);
+  g_alloc_gauge.fetch_add(1, std::memory_order_relaxed);
   t_probing = true;
   t_probe_hits = 0;
   void* p = reinterpret_cast<MallocFn>(fn)(24);
   t_probing = false;
-  g_parked_blocks.fetch_sub(1, std::memory_order_relaxed);
+  g_alloc_gauge.fetch_sub(1, std::memory_order_relaxed);
   const bool reached = t_probe_hits > 0;
   free(p);
   return reached;
@@ -184,9 +204,10 @@ using namespace lazypin;  // NOLINT: the hooks below are C symbols
 
 __attribute__((noinline)) static void* MallocSlow(size_t bytes) {
   if (t_probing) ++t_probe_hits;
-  if (AnyParked()) {
+  if (Parked()) {
     if (void* block = ServeParked(bytes, 0, false)) return block;
   }
+  MaybeAnnounce(bytes);
   if (MallocFn real = RealOrNull(g_malloc, "malloc")) {
     const int saved_errno = errno;
     void* p = real(bytes);
@@ -208,9 +229,10 @@ LAZYPIN_EXPORT void* malloc(size_t bytes) {
 __attribute__((noinline)) static void* CallocSlow(size_t count, size_t size) {
   size_t bytes;
   if (__builtin_mul_overflow(count, size, &bytes)) bytes = ~size_t{0};
-  if (AnyParked() && bytes != ~size_t{0}) {
+  if (Parked() && bytes != ~size_t{0}) {
     if (void* block = ServeParked(bytes, 0, true)) return block;
   }
+  MaybeAnnounce(bytes);
   if (CallocFn real = RealOrNull(g_calloc, "calloc")) {
     const int saved_errno = errno;
     void* p = real(count, size);
@@ -230,12 +252,13 @@ LAZYPIN_EXPORT void* calloc(size_t count, size_t size) {
 }
 
 __attribute__((noinline)) static int PosixMemalignSlow(void** out, size_t align, size_t bytes) {
-  if (AnyParked() && PowerOfTwo(align) && align % sizeof(void*) == 0) {
+  if (Parked() && PowerOfTwo(align) && align % sizeof(void*) == 0) {
     if (void* block = ServeParked(bytes, align, false)) {
       *out = block;
       return 0;
     }
   }
+  MaybeAnnounce(bytes);
   if (PosixMemalignFn real = RealOrNull(g_posix_memalign, "posix_memalign")) {
     int rc = real(out, align, bytes);
     if (rc == ENOMEM && RetryAfterRelease(errno, bytes)) rc = real(out, align, bytes);
@@ -258,9 +281,10 @@ LAZYPIN_EXPORT int posix_memalign(void** out, size_t align, size_t bytes) {
 // (an alignment of a page; pvalloc rounds the request up to whole pages).
 __attribute__((noinline)) static void* AlignedSlow(real::Lazy<AlignFn>& lazy, const char* name,
                                                    size_t align, size_t bytes) {
-  if (AnyParked() && PowerOfTwo(align)) {
+  if (Parked() && PowerOfTwo(align)) {
     if (void* block = ServeParked(bytes, align, false)) return block;
   }
+  MaybeAnnounce(bytes);
   if (AlignFn real = RealOrNull(lazy, name)) {
     const int saved_errno = errno;
     void* p = real(align, bytes);
@@ -289,9 +313,10 @@ LAZYPIN_EXPORT void* memalign(size_t align, size_t bytes) {
 __attribute__((noinline)) static void* PageAlignedSlow(real::Lazy<MallocFn>& lazy, const char* name,
                                                        size_t bytes, size_t serve_bytes) {
   const size_t page = PageSize();
-  if (AnyParked() && serve_bytes != 0) {
+  if (Parked() && serve_bytes != 0) {
     if (void* block = ServeParked(serve_bytes, page, false)) return block;
   }
+  MaybeAnnounce(bytes);
   if (MallocFn real = RealOrNull(lazy, name)) {
     const int saved_errno = errno;
     void* p = real(bytes);
@@ -317,4 +342,23 @@ LAZYPIN_EXPORT void* pvalloc(size_t bytes) {
   const size_t page = PageSize();
   const size_t rounded = bytes <= ~size_t{0} - page ? (bytes + page - 1) & ~(page - 1) : 0;
   return PageAlignedSlow(g_pvalloc, "pvalloc", bytes, rounded);
+}
+
+// Followed so that a parked block is served only where glibc could have made
+// that block fresh (GlibcMmapFloorNow); the call itself is glibc's.
+LAZYPIN_EXPORT int mallopt(int param, int value) {
+  MalloptFn real = g_mallopt.Get(&real::Next, "mallopt");
+  if (real == nullptr) return 0;
+  const int ok = real(param, value);
+  if (ok != 0 && (param == M_MMAP_THRESHOLD || param == M_MMAP_MAX)) {
+    GlibcNoteMallopt(param, value);
+    // Parked mmapped blocks may no longer be what a fresh block of their size
+    // would be: all are released (the program's frees reach glibc), as bare
+    // they had been.
+    if (AnyParked()) {
+      const ShimState* state = PublishedState();
+      if (state != nullptr && state->guard != nullptr) state->guard->ReleaseParkedForAllocation();
+    }
+  }
+  return ok;
 }

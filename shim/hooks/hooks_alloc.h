@@ -1,8 +1,10 @@
 // hooks_alloc: the allocation hooks (malloc, calloc, posix_memalign,
 // aligned_alloc, memalign, valloc, pvalloc; realloc(NULL, n) in
 // hooks_memory.cc) that hand parked blocks back (LAZYPIN_REUSE_FREED, see
-// Pool::Park). With nothing parked each is one relaxed load and the next
-// definition (glibc's, or a preloaded allocator's).
+// Pool::Park) and, while lazypin keeps memory the program gave back, let it
+// yield before a large allocation (memory_budget.h). With nothing parked or
+// kept each is one relaxed load and the next definition (glibc's, or a
+// preloaded allocator's).
 #pragma once
 
 #include <atomic>
@@ -12,8 +14,15 @@
 
 namespace lazypin {
 
-// Blocks parked in this process (the pool's ReuseHooks::gauge).
-extern std::atomic<int64_t> g_parked_blocks;
+// The allocation hooks' one word: blocks parked in this process (the pool's
+// ReuseHooks::gauge, low 32 bits) plus MemoryBudget::kKeptUnit per pinned
+// host block kept (host_alloc_cache.h). Zero: every hook is its fast path.
+extern std::atomic<int64_t> g_alloc_gauge;
+
+// The program is about to allocate `bytes` while lazypin keeps memory it gave
+// back: kept memory yields first where the headroom is short
+// (MemoryGuard::MakeRoomFor). For sizes of MemoryBudget::kAnnounceMin and more.
+void AnnounceAllocation(size_t bytes);
 
 // True if freed blocks may come back here: the process's malloc family is
 // lazypin's hooks and the next definitions are glibc's (another allocator,
@@ -22,9 +31,12 @@ extern std::atomic<int64_t> g_parked_blocks;
 bool AllocatorReuseCheck(std::string* why);
 
 // A parked block for an allocation (null if none): through the published
-// guard. `zero`: calloc's (the whole usable size is zeroed, as glibc's
-// calloc clears its chunk).
+// guard. Zeroed (the whole usable size) for `zero` (calloc's, as glibc's
+// calloc clears its chunk) and when it is an mmapped chunk (a fresh one is
+// new pages, which read as zeros).
 void* ServeParked(size_t bytes, size_t align, bool zero);
+
+
 
 // Memory handed out while lazypin looked a real function up (the loader may
 // allocate meanwhile): a static arena, never given to the real free.

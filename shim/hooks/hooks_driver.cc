@@ -185,10 +185,11 @@ CONTEXT_HOOK(cuDevicePrimaryCtxReset_v2, CUdevice, BeforePrimaryContextReset(arg
 #define RELEASE_HOOK(NAME)                                                     \
   HOOK(NAME, CUresult, DriverSymbol, (CUdevice, device)) {                     \
     Dispatch* dispatch = PublishedDispatch();                                  \
-    if (dispatch != nullptr) dispatch->BeforePrimaryContextReset(device, false); \
+    const Context primary = dispatch != nullptr                                \
+        ? dispatch->BeforePrimaryContextReset(device, false) : nullptr;         \
     const CUresult result = real(device);                                      \
     if (dispatch != nullptr && result == CUDA_SUCCESS) {                       \
-      dispatch->AfterPrimaryContextRelease(device);                            \
+      dispatch->AfterPrimaryContextRelease(device, primary);                   \
     }                                                                          \
     return result;                                                             \
   }
@@ -258,44 +259,23 @@ void AfterCopy(CUresult result, uintptr_t lo, size_t bytes, CUstream stream) {
   }
 }
 
-// The host bytes one side of a 2D/3D copy spans, from its first to its last row.
-size_t Span(size_t pitch, size_t width, size_t rows) {
-  return rows == 0 || width == 0 ? 0 : (rows - 1) * pitch + width;
+void AfterSides(CUresult result, const CopySide& dst, const CopySide& src, CUstream stream) {
+  AfterCopy(result, src.lo, src.bytes, stream);
+  AfterCopy(result, dst.lo, dst.bytes, stream);
 }
 
 void AfterCopy2D(CUresult result, const CUDA_MEMCPY2D* c, CUstream stream) {
-  if ((result != CUDA_SUCCESS && result != kRecordedCopy) || c == nullptr) return;
-  auto side = [&](CUmemorytype type, const void* host, CUdeviceptr unified, size_t x, size_t y,
-                  size_t pitch) {
-    const uintptr_t base = type == CU_MEMORYTYPE_HOST      ? HostAddr(host)
-                           : type == CU_MEMORYTYPE_UNIFIED ? uintptr_t{unified}
-                                                           : 0;
-    if (base != 0) {
-      AfterCopy(result, base + y * pitch + x, Span(pitch, c->WidthInBytes, c->Height), stream);
-    }
-  };
-  side(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcXInBytes, c->srcY, c->srcPitch);
-  side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstXInBytes, c->dstY, c->dstPitch);
+  CopySide dst, src;
+  if ((result != CUDA_SUCCESS && result != kRecordedCopy) || !Sides2D(c, &dst, &src)) return;
+  AfterSides(result, dst, src, stream);
 }
 
 // CUDA_MEMCPY3D, or CUDA_MEMCPY3D_PEER (the same fields, each side with a context).
 template <typename Copy3D>
 void AfterCopy3D(CUresult result, const Copy3D* c, CUstream stream) {
-  if ((result != CUDA_SUCCESS && result != kRecordedCopy) || c == nullptr) return;
-  auto side = [&](CUmemorytype type, const void* host, CUdeviceptr unified, size_t x, size_t y,
-                  size_t z, size_t pitch, size_t height) {
-    const uintptr_t base = type == CU_MEMORYTYPE_HOST      ? HostAddr(host)
-                           : type == CU_MEMORYTYPE_UNIFIED ? uintptr_t{unified}
-                                                           : 0;
-    if (base == 0) return;
-    const size_t rows = c->Depth == 0 ? 0 : (c->Depth - 1) * height + c->Height;
-    AfterCopy(result, base + (z * height + y) * pitch + x, Span(pitch, c->WidthInBytes, rows),
-              stream);
-  };
-  side(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcXInBytes, c->srcY, c->srcZ, c->srcPitch,
-       c->srcHeight);
-  side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstXInBytes, c->dstY, c->dstZ, c->dstPitch,
-       c->dstHeight);
+  CopySide dst, src;
+  if ((result != CUDA_SUCCESS && result != kRecordedCopy) || !Sides3D(c, &dst, &src)) return;
+  AfterSides(result, dst, src, stream);
 }
 
 // A `_ptsz` function's null stream is the calling thread's per-thread stream.
@@ -308,23 +288,11 @@ CUstream PerThread(CUstream stream) { return stream == nullptr ? CU_STREAM_PER_T
 // smaller ones cost one comparison.
 AutoPin* AutoPinFor(size_t bytes) {
   if (bytes < kAutoPinFloor || t_state.inside) return nullptr;
-  static const bool requested = AutoPinRequested([](const char* name) { return getenv(name); });
+  static const bool requested =
+      PeekConfig([](const char* name) { return getenv(name); }, {"LAZYPIN_AUTOPIN"}).autopin;
   if (!requested) return nullptr;
   const ShimState* state = ActiveState();
   return state != nullptr ? state->auto_pin : nullptr;
-}
-
-CopySide HostSide(const void* p, size_t bytes) { return CopySide{HostAddr(p), bytes, false}; }
-CopySide UnifiedSide(CUdeviceptr p, size_t bytes) { return CopySide{uintptr_t{p}, bytes, true}; }
-
-// One side of a 2D/3D copy: `rows` rows of `width` bytes, `pitch` apart.
-CopySide PitchedSide(CUmemorytype type, const void* host, CUdeviceptr unified, size_t offset,
-                     size_t pitch, size_t width, size_t rows) {
-  const size_t step = pitch != 0 ? pitch : width;
-  const size_t span = Span(step, width, rows);
-  if (type == CU_MEMORYTYPE_HOST && host != nullptr) return HostSide(static_cast<const char*>(host) + offset, span);
-  if (type == CU_MEMORYTYPE_UNIFIED && unified != 0) return UnifiedSide(unified + offset, span);
-  return CopySide{};
 }
 
 // Before any copy that may move host memory [lo, lo + bytes): the kernel
@@ -351,35 +319,8 @@ void BeforeCopy(const char* api, Via via, CopySide dst, CopySide src) {
 }
 
 void BeforeCopy2D(const char* api, Via via, const CUDA_MEMCPY2D* c) {
-  if (c == nullptr || c->WidthInBytes == 0 || c->Height == 0) return;
-  const size_t src_pitch = c->srcPitch != 0 ? c->srcPitch : c->WidthInBytes;
-  const size_t dst_pitch = c->dstPitch != 0 ? c->dstPitch : c->WidthInBytes;
-  BeforeCopy(api, via,
-             PitchedSide(c->dstMemoryType, c->dstHost, c->dstDevice,
-                         c->dstY * dst_pitch + c->dstXInBytes, c->dstPitch, c->WidthInBytes,
-                         c->Height),
-             PitchedSide(c->srcMemoryType, c->srcHost, c->srcDevice,
-                         c->srcY * src_pitch + c->srcXInBytes, c->srcPitch, c->WidthInBytes,
-                         c->Height));
-}
-
-// The host sides of a 3D copy (CUDA_MEMCPY3D or CUDA_MEMCPY3D_PEER); false
-// when it copies nothing.
-template <typename Copy3D>
-bool Sides3D(const Copy3D* c, CopySide* dst, CopySide* src) {
-  if (c == nullptr || c->WidthInBytes == 0 || c->Height == 0 || c->Depth == 0) return false;
-  auto side = [&](CUmemorytype type, const void* host, CUdeviceptr unified, size_t x, size_t y,
-                  size_t z, size_t pitch, size_t height) {
-    const size_t step = pitch != 0 ? pitch : c->WidthInBytes;
-    const size_t h = height != 0 ? height : c->Height;
-    return PitchedSide(type, host, unified, (z * h + y) * step + x, pitch, c->WidthInBytes,
-                       (c->Depth - 1) * h + c->Height);
-  };
-  *dst = side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstXInBytes, c->dstY, c->dstZ,
-              c->dstPitch, c->dstHeight);
-  *src = side(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcXInBytes, c->srcY, c->srcZ,
-              c->srcPitch, c->srcHeight);
-  return true;
+  CopySide dst, src;
+  if (Sides2D(c, &dst, &src)) BeforeCopy(api, via, dst, src);
 }
 
 void BeforeCopy3D(const char* api, Via via, const CUDA_MEMCPY3D* c) {
@@ -417,17 +358,6 @@ void AfterBatch(CUresult result, const CUdeviceptr* dsts, const CUdeviceptr* src
   }
 }
 
-// cuMemcpy3DBatchAsync: a pointer operand spans `depth` layers of `height`
-// rows (rowLength and layerHeight 0: the extent's), in bytes.
-CopySide OperandSide(const CUmemcpy3DOperand& o, const CUextent3D& e) {
-  if (o.type != CU_MEMCPY_OPERAND_TYPE_POINTER || o.op.ptr.ptr == 0 || e.width == 0 ||
-      e.height == 0 || e.depth == 0) {
-    return CopySide{};
-  }
-  const size_t row = o.op.ptr.rowLength != 0 ? o.op.ptr.rowLength : e.width;
-  const size_t layer = o.op.ptr.layerHeight != 0 ? o.op.ptr.layerHeight : e.height;
-  return UnifiedSide(o.op.ptr.ptr, Span(row, e.width, (e.depth - 1) * layer + e.height));
-}
 void GuardBatch3D(size_t count, const CUDA_MEMCPY3D_BATCH_OP* ops) {
   if (ops == nullptr) return;
   for (size_t i = 0; i < count; ++i) {
@@ -1109,14 +1039,15 @@ const HookEntry* FindByName(const char* name) {
 // program's first registration finds everything ready: its threads start
 // first as spares (PrepareSpareThreads), which the set-up hands their bodies:
 // the log's writer; deferring, also the collector, the kernel watch's reader
-// and the first context's idle waiter. Spares it did not need end.
+// and unwatch thread, and the first context's idle waiter. Spares it did not
+// need end.
 void SetUpWithCuda() {
   static std::atomic<bool> done{false};
   if (done.load(std::memory_order_relaxed) || done.exchange(true)) return;
   if (PublishedState() != nullptr) return;  // set up already
-  const char* mode = getenv("LAZYPIN_MODE");
-  if (mode != nullptr && strcmp(mode, "off") == 0) return;
-  PrepareSpareThreads(mode != nullptr && strcmp(mode, "defer") == 0 ? 4 : 1);
+  const Mode mode = PeekConfig([](const char* name) { return getenv(name); }, {"LAZYPIN_MODE"}).mode;
+  if (mode == Mode::kOff) return;
+  PrepareSpareThreads(mode == Mode::kDefer ? 5 : 1);
   if (TrySetUp()) EndUnusedSpareThreads();
 }
 

@@ -15,6 +15,8 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
+#include <linux/ioctl.h>
+#include <linux/userfaultfd.h>
 #include <sys/mman.h>
 #include <sys/shm.h>
 #include <sys/syscall.h>
@@ -23,6 +25,7 @@
 #include <algorithm>
 
 #include "hooks_alloc.h"
+#include "memory_budget.h"
 #include "memory_guard.h"
 #include "page_class.h"
 #include "pages.h"
@@ -47,6 +50,11 @@ using ShmdtFn = int (*)(const void*);
 using ShmatFn = void* (*)(int, const void*, int);
 using MprotectFn = int (*)(void*, size_t, int);
 using PkeyMprotectFn = int (*)(void*, size_t, int, int);
+using MincoreFn = int (*)(void*, size_t, unsigned char*);
+using MlockFn = int (*)(const void*, size_t);
+using Mlock2Fn = int (*)(const void*, size_t, unsigned int);
+using MsyncFn = int (*)(void*, size_t, int);
+using IoctlFn = int (*)(int, unsigned long, ...);
 
 real::Lazy<FreeFn> g_free;
 real::Lazy<ReallocFn> g_realloc;
@@ -62,6 +70,12 @@ real::Lazy<ShmdtFn> g_shmdt;
 real::Lazy<ShmatFn> g_shmat;
 real::Lazy<MprotectFn> g_mprotect;
 real::Lazy<PkeyMprotectFn> g_pkey_mprotect;
+real::Lazy<MincoreFn> g_mincore;
+real::Lazy<MlockFn> g_mlock;
+real::Lazy<Mlock2Fn> g_mlock2;
+real::Lazy<MlockFn> g_munlock;
+real::Lazy<MsyncFn> g_msync;
+real::Lazy<IoctlFn> g_ioctl;
 
 thread_local int t_selftest_hits LAZYPIN_TLS = 0;
 
@@ -86,6 +100,15 @@ void RangeLeaving(const void* addr, size_t len, EvictReason reason) {
   if (len == 0) return;
   if (const MemoryGuard* guard = Guard()) {
     guard->Leaving(Addr(addr), PageCeil(RangeEnd(Addr(addr), len)), reason);
+  }
+}
+
+// A memory call that acts on the range without releasing it: a block the
+// program freed with cudaFreeHost and the cache keeps there is freed first.
+void RangeTouching(const void* addr, size_t len, EvictReason reason) {
+  if (len == 0) return;
+  if (const MemoryGuard* guard = Guard()) {
+    guard->Touching(Addr(addr), PageCeil(RangeEnd(Addr(addr), len)), reason);
   }
 }
 
@@ -180,7 +203,7 @@ void lazypin::RealFree(void* ptr) {
 LAZYPIN_EXPORT void cfree(void* ptr) { free(ptr); }
 
 LAZYPIN_EXPORT void* realloc(void* ptr, size_t size) {
-  if (ptr == nullptr && g_parked_blocks.load(std::memory_order_relaxed) != 0) {
+  if (ptr == nullptr && g_alloc_gauge.load(std::memory_order_relaxed) != 0) {
     if (void* block = ServeParked(size, 0, false)) return block;  // realloc(NULL, n) is malloc(n)
   }
   if (InBootstrapArena(ptr)) {
@@ -232,8 +255,22 @@ LAZYPIN_EXPORT void* mremap(void* old_addr, size_t old_size, size_t new_size, in
 
 static void* MmapHook(real::Lazy<MmapFn>& lazy, const char* name, void* addr, size_t len,
                       int prot, int flags, int fd, off_t offset) {
-  if ((flags & MAP_FIXED) && !(flags & MAP_FIXED_NOREPLACE)) {
+  if ((flags & MAP_FIXED_NOREPLACE) == MAP_FIXED_NOREPLACE) {
+    // Fails over a mapping: memory the program freed and lazypin keeps
+    // mapped (a parked block, a kept host block) must not be one.
+    if (len != 0) {
+      if (const MemoryGuard* guard = Guard()) {
+        guard->Reclaiming(Addr(addr), PageCeil(RangeEnd(Addr(addr), len)));
+      }
+    }
+  } else if (flags & MAP_FIXED) {
     RangeLeaving(addr, len, EvictReason::kMmapFixed);
+  }
+  // Memory committed now: kept memory yields first (a plain mapping is only
+  // address space until touched: the collector's poll covers that).
+  if ((flags & MAP_POPULATE) && len >= MemoryBudget::kAnnounceMin &&
+      g_alloc_gauge.load(std::memory_order_relaxed) != 0) {
+    AnnounceAllocation(len);
   }
   if (MmapFn real = lazy.Get(&real::Next, name)) return real(addr, len, prot, flags, fd, offset);
   return reinterpret_cast<void*>(syscall(SYS_mmap, addr, len, prot, flags, fd, offset));
@@ -254,6 +291,8 @@ LAZYPIN_EXPORT int madvise(void* addr, size_t len, int advice) {
   if (advice == MADV_DONTNEED || advice == MADV_FREE || advice == MADV_REMOVE ||
       advice == kDontneedLocked || advice == kGuardInstall || advice == kGuardRemove) {
     RangeLeaving(addr, len, EvictReason::kMadvise);
+  } else {
+    RangeTouching(addr, len, EvictReason::kMadvise);
   }
   if (MadviseFn real = g_madvise.Get(&real::Next, "madvise")) return real(addr, len, advice);
   return static_cast<int>(syscall(SYS_madvise, addr, len, advice));
@@ -334,4 +373,59 @@ LAZYPIN_EXPORT int pkey_mprotect(void* addr, size_t len, int prot, int pkey) {
     return real(addr, len, prot, pkey);
   }
   return static_cast<int>(syscall(SYS_pkey_mprotect, addr, len, prot, pkey));
+}
+
+// Calls that act on memory without releasing it (each fails on unmapped
+// memory): a kept host block there is freed first (MemoryGuard::Touching).
+LAZYPIN_EXPORT int mincore(void* addr, size_t len, unsigned char* vec) {
+  RangeTouching(addr, len, EvictReason::kMemoryCall);
+  if (MincoreFn real = g_mincore.Get(&real::Next, "mincore")) return real(addr, len, vec);
+  return static_cast<int>(syscall(SYS_mincore, addr, len, vec));
+}
+
+LAZYPIN_EXPORT int mlock(const void* addr, size_t len) {
+  RangeTouching(addr, len, EvictReason::kMemoryCall);
+  if (MlockFn real = g_mlock.Get(&real::Next, "mlock")) return real(addr, len);
+  return static_cast<int>(syscall(SYS_mlock, addr, len));
+}
+
+LAZYPIN_EXPORT int mlock2(const void* addr, size_t len, unsigned int flags) {
+  RangeTouching(addr, len, EvictReason::kMemoryCall);
+  if (Mlock2Fn real = g_mlock2.Get(&real::Next, "mlock2")) return real(addr, len, flags);
+  return static_cast<int>(syscall(SYS_mlock2, addr, len, flags));
+}
+
+LAZYPIN_EXPORT int munlock(const void* addr, size_t len) {
+  RangeTouching(addr, len, EvictReason::kMemoryCall);
+  if (MlockFn real = g_munlock.Get(&real::Next, "munlock")) return real(addr, len);
+  return static_cast<int>(syscall(SYS_munlock, addr, len));
+}
+
+LAZYPIN_EXPORT int msync(void* addr, size_t len, int flags) {
+  RangeTouching(addr, len, EvictReason::kMemoryCall);
+  if (MsyncFn real = g_msync.Get(&real::Next, "msync")) return real(addr, len, flags);
+  return static_cast<int>(syscall(SYS_msync, addr, len, flags));
+}
+
+// Only UFFDIO_REGISTER is looked at (one comparison for every other request,
+// the driver's own among them): the kernel lets one userfaultfd register a
+// range, so lazypin's watch lets go of the program's range first
+// (MemoryGuard::YieldingWatch). lazypin's own register runs inside its code,
+// where the guard passes.
+LAZYPIN_EXPORT int ioctl(int fd, unsigned long request, ...) {
+  va_list ap;
+  va_start(ap, request);
+  void* arg = va_arg(ap, void*);
+  va_end(ap);
+  if (__builtin_expect(request == UFFDIO_REGISTER, 0) && arg != nullptr) {
+    if (const MemoryGuard* guard = Guard()) {
+      uffdio_range range;
+      memcpy(&range, &static_cast<const uffdio_register*>(arg)->range, sizeof range);
+      if (range.len != 0) {
+        guard->YieldingWatch(PageFloor(range.start), PageCeil(RangeEnd(range.start, range.len)));
+      }
+    }
+  }
+  if (IoctlFn real = g_ioctl.Get(&real::Next, "ioctl")) return real(fd, request, arg);
+  return static_cast<int>(syscall(SYS_ioctl, fd, request, arg));
 }

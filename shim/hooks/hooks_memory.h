@@ -1,6 +1,9 @@
 // hooks_memory: the exported memory hooks (free, realloc, munmap, mremap,
 // mmap(MAP_FIXED), madvise, brk/sbrk, shmdt, shmat) that invalidate pooled
-// registrations before memory leaves the process, and their self-test.
+// registrations before memory leaves the process, and their self-test; those
+// that free a kept host block first (mprotect, mincore, mlock, mlock2,
+// munlock, msync, mmap(MAP_FIXED_NOREPLACE)); and ioctl, for the program's
+// own UFFDIO_REGISTER (lazypin's watch lets go of the range first).
 #pragma once
 
 #include <string>

@@ -4,18 +4,23 @@
 // already taken away):
 //  1. An unmapping thread A waits in the kernel until its event E is read from
 //     the descriptor (by the reader or by a Drain).
-//  2. Whoever reads E pushes it into the ring before releasing read_mu_; a
-//     Drain holds apply_mu_ from before its read until after its apply.
-//  3. A Drain by thread B takes apply_mu_, then read_mu_: so every event read
-//     before (by the reader: now in the ring; by an earlier Drain: applied
-//     already) is seen, and its own non-blocking read takes what the kernel
-//     queued and nobody has read, even while A still waits (another thread
-//     may have mapped and registered the freed address meanwhile).
-//  4. A full ring sets `overflow_` under read_mu_, so B sees it and applies
+//  2. The reader thread reads and pushes inside a session: `reading_` is odd
+//     from before its read until after its push. A Drain applies what its own
+//     read returns itself, and holds apply_mu_ from before its read until
+//     after its last apply.
+//  3. A Drain by thread B reads first (non-blocking), then waits until the
+//     reader is in no session that began before, then pops the ring: every
+//     event read before B's read ended is seen, by the reader (its session
+//     began before B's read returned EAGAIN, so it is pushed when B pops) or
+//     by B itself; and so is every event the kernel had queued when B's read
+//     began, even while A still waits (another thread may have mapped and
+//     registered the freed address meanwhile).
+//  4. A full ring sets `overflow_` inside a session, so B sees it and applies
 //     everything.
-// The reader never takes apply_mu_ or any lock of the pool's, and read_mu_
-// is held only across a non-blocking read and a lock-free push: the reader
-// never waits on a thread that may be waiting for it.
+// The reader never takes apply_mu_ or any lock of the pool's, and a Drain
+// holds nothing the reader needs: a signal handler that unmaps on a thread
+// inside Drain waits only for the reader, which never waits on anyone. So a
+// Drain needs no signal mask change: one read(2) when nothing is pending.
 #include "mem_watch.h"
 
 #include <pthread.h>
@@ -25,9 +30,9 @@
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
 #include <poll.h>
+#include <sched.h>
 #include <pthread.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -36,7 +41,9 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "descriptors.h"
 #include "pages.h"
+#include "seccomp.h"
 #include "sys.h"
 #include "thread_state.h"
 
@@ -57,17 +64,6 @@ long SysctlValue(const char* path, long fallback) {
   char buf[64];
   if (!ReadSmallFile(path, buf, sizeof buf)) return fallback;
   return strtol(buf, nullptr, 10);
-}
-
-// "0" (none), "1" (strict), "2" (filter), or "?".
-char SeccompMode() {
-  char buf[4096];
-  if (!ReadSmallFile("/proc/self/status", buf, sizeof buf)) return '?';
-  const char* s = strstr(buf, "\nSeccomp:");
-  if (s == nullptr) return '?';
-  s += strlen("\nSeccomp:");
-  while (*s == ' ' || *s == '\t') ++s;
-  return *s ? *s : '?';
 }
 
 // A userfaultfd, or -1 with *why. Tries the user-mode-only system call (open
@@ -91,15 +87,15 @@ int OpenUserfaultfd(std::string* why) {
       close(dev);
     }
   }
-  if (fd >= 0) return fd;
+  if (fd >= 0) return MoveFdHigh(fd);  // out of the program's way (descriptors.h)
   char line[512];
   snprintf(line, sizeof line,
            "userfaultfd refused: syscall(user-mode-only): %s, syscall: %s, /dev/userfaultfd: %s "
-           "(vm.unprivileged_userfaultfd=%ld; seccomp mode %c%s)",
+           "(vm.unprivileged_userfaultfd=%ld; %s%s)",
            strerrorname_np(err_user) ? strerrorname_np(err_user) : "?",
            strerrorname_np(err_plain) ? strerrorname_np(err_plain) : "?",
            strerrorname_np(err_dev) ? strerrorname_np(err_dev) : "?",
-           SysctlValue("/proc/sys/vm/unprivileged_userfaultfd", -1), SeccompMode(),
+           SysctlValue("/proc/sys/vm/unprivileged_userfaultfd", -1), SeccompStatusText().c_str(),
            err_user == ENOSYS ? "; ENOSYS: no userfaultfd in this kernel, or a seccomp profile "
                                 "answers ENOSYS"
                               : "");
@@ -128,6 +124,12 @@ const char* WatchRefusalName(WatchRefusal refusal) {
 }
 
 std::unique_ptr<MemWatch> MemWatch::Open(std::string* why, MemWatchOptions options) {
+  if (!options.under_seccomp && SeccompFiltered()) {
+    *why = "a seccomp filter is in force (" + SeccompStatusText() +
+           "): lazypin calls neither userfaultfd nor its other optional system calls (the "
+           "prefault threads'), which it may forbid; LAZYPIN_WATCH=kernel tries userfaultfd";
+    return nullptr;
+  }
   const int fd = OpenUserfaultfd(why);
   if (fd < 0) return nullptr;
   struct uffdio_api api = {};
@@ -159,24 +161,17 @@ std::unique_ptr<MemWatch> MemWatch::Open(std::string* why, MemWatchOptions optio
   ioctl(fd, UFFDIO_UNREGISTER, &range);
   munmap(page, PageSize());
 
-  const int stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (stop_fd < 0) {
-    *why = std::string("userfaultfd: eventfd failed: ") + strerror(errno);
-    close(fd);
-    return nullptr;
-  }
   size_t max_runs = options.max_ranges;
   if (max_runs == 0) {
     max_runs = static_cast<size_t>(SysctlValue("/proc/sys/vm/max_map_count", 65530)) / 8;
   }
   if (max_runs < 4) max_runs = 4;
   if (options.ring_capacity < 16) options.ring_capacity = 16;
-  return std::unique_ptr<MemWatch>(new MemWatch(fd, stop_fd, options, max_runs));
+  return std::unique_ptr<MemWatch>(new MemWatch(fd, options, max_runs));
 }
 
-MemWatch::MemWatch(int fd, int stop_fd, MemWatchOptions options, size_t max_runs)
+MemWatch::MemWatch(int fd, MemWatchOptions options, size_t max_runs)
     : fd_(fd),
-      stop_fd_(stop_fd),
       max_runs_(max_runs),
       ring_(new Event[options.ring_capacity]),
       ring_capacity_(options.ring_capacity) {
@@ -184,27 +179,55 @@ MemWatch::MemWatch(int fd, int stop_fd, MemWatchOptions options, size_t max_runs
     pthread_setname_np(pthread_self(), "lazypin-watch");
     ReaderLoop();
   });
+  try {
+    unwatcher_ = StartThreadWithSignalsBlocked([this] {
+      pthread_setname_np(pthread_self(), "lazypin-unwatch");
+      UnwatcherLoop();
+    });
+  } catch (...) {
+    // No thread: every Unwatch is made on its caller's thread.
+    std::lock_guard<std::mutex> lock(later_mu_);
+    stop_later_ = true;
+  }
 }
 
 MemWatch::~MemWatch() {
   if (abandoned_.load(std::memory_order_relaxed)) {
-    // A fork's child: the parent's thread does not exist here.
+    // A fork's child: the parent's threads do not exist here.
     if (reader_.joinable()) reader_.detach();
+    if (unwatcher_.joinable()) unwatcher_.detach();
     return;
   }
+  {
+    std::lock_guard<std::mutex> lock(later_mu_);
+    stop_later_ = true;  // what is queued is unregistered below with the rest
+  }
+  later_cv_.notify_all();
+  if (unwatcher_.joinable()) unwatcher_.join();
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [lo, run] : runs_) Unregister(lo, run.end);
     runs_.clear();
     PublishRunsLocked();
   }
-  const uint64_t one = 1;
-  if (write(stop_fd_, &one, sizeof one) < 0) {
-    // An eventfd write fails only on overflow, which one write cannot reach.
+  // The reader is told to stop by an event on its own descriptor (no other
+  // descriptor is held for that): a page watched and unmapped here, whose
+  // event whoever reads it turns into stop_ (munmap returns once it is read,
+  // so the reader is still there to read it). If the page cannot be had,
+  // stop_ is set directly and the reader's poll times out within 10 s.
+  bool told = false;
+  void* page = mmap(nullptr, PageSize(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (page != MAP_FAILED) {
+    const uintptr_t p = reinterpret_cast<uintptr_t>(page);
+    if (RegisterWp(fd_, p, p + PageSize())) {
+      stop_page_.store(p, std::memory_order_release);
+      told = true;
+    }
+    munmap(page, PageSize());
   }
+  if (!told) stop_.store(true, std::memory_order_release);
   if (reader_.joinable()) reader_.join();
   close(fd_);  // releases any thread still waiting on an unread event
-  close(stop_fd_);
 }
 
 void MemWatch::AbandonAfterFork() {
@@ -213,27 +236,35 @@ void MemWatch::AbandonAfterFork() {
   // Closing drops only this process's reference to the parent's descriptor,
   // so that it never keeps the parent's registrations alive (no ioctl).
   close(fd_);
-  close(stop_fd_);
-  fd_ = stop_fd_ = -1;
+  fd_ = -1;
 }
 
 void MemWatch::ReaderLoop() {
   ScopedInsideLazypin inside;  // nothing it calls is lazypin's to intercept
-  struct pollfd fds[2] = {{fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
+  struct pollfd fds[1] = {{fd_, POLLIN, 0}};
   for (;;) {
-    const int r = poll(fds, 2, -1);
+    // The timeout matters only to a destructor that could not map its page
+    // (see ~MemWatch); otherwise an idle reader wakes every 10 s for nothing.
+    const int r = poll(fds, 1, 10000);
+    if (stop_.load(std::memory_order_acquire)) return;
     if (r < 0) continue;  // EINTR (signals are blocked here) or ENOMEM: poll again
-    if (fds[1].revents != 0) return;
     if (fds[0].revents & POLLIN) {
-      std::lock_guard<std::mutex> lock(read_mu_);
-      ReadAndPushLocked();
+      reading_.fetch_add(1, std::memory_order_seq_cst);  // odd: in a session
+      ReadEvents([this](const Event& e) {
+        if (!Push(e)) {
+          overflow_.store(true, std::memory_order_release);
+          overflows_.fetch_add(1, std::memory_order_relaxed);
+        }
+      });
+      reading_.fetch_add(1, std::memory_order_seq_cst);
+      if (stop_.load(std::memory_order_acquire)) return;
     } else if (fds[0].revents != 0) {
       usleep(1000);  // POLLERR/POLLHUP never expected on an initialized descriptor: do not spin
     }
   }
 }
 
-void MemWatch::ReadAndPushLocked() {
+void MemWatch::ReadEvents(absl::FunctionRef<void(const Event&)> take) {
   struct uffd_msg msgs[16];
   for (;;) {
     const ssize_t n = read(fd_, msgs, sizeof msgs);
@@ -247,6 +278,9 @@ void MemWatch::ReadAndPushLocked() {
         case UFFD_EVENT_UNMAP:
           e.lo = m.arg.remove.start;
           e.hi = m.arg.remove.end;
+          if (e.lo != 0 && e.lo == stop_page_.load(std::memory_order_acquire)) {
+            stop_.store(true, std::memory_order_release);  // the destructor's word
+          }
           break;
         case UFFD_EVENT_REMOVE:
           e.lo = m.arg.remove.start;
@@ -263,10 +297,7 @@ void MemWatch::ReadAndPushLocked() {
           continue;
       }
       events_.fetch_add(1, std::memory_order_relaxed);
-      if (!Push(e)) {
-        overflow_.store(true, std::memory_order_release);
-        overflows_.fetch_add(1, std::memory_order_relaxed);
-      }
+      take(e);
     }
     if (static_cast<size_t>(n) < sizeof msgs) return;
   }
@@ -290,37 +321,34 @@ bool MemWatch::Pop(Event* e) {
   return true;
 }
 
+void MemWatch::Apply(const Event& e, bool all_dirty,
+                     absl::FunctionRef<void(uintptr_t, uintptr_t)> apply) {
+  if (!all_dirty) apply(e.lo, e.hi);
+  if (e.to_hi != 0) {
+    // mremap carried our registration to the new address: drop it there
+    // unless a Watch holds those pages (the program may want them for a
+    // userfaultfd of its own).
+    std::lock_guard<std::mutex> lock(mu_);
+    UnregisterUncountedLocked(e.to_lo, e.to_hi);
+  }
+}
+
 void MemWatch::DrainSlow(absl::FunctionRef<void(uintptr_t, uintptr_t)> apply) {
   if (abandoned_.load(std::memory_order_relaxed)) return;
   std::lock_guard<std::mutex> applying(apply_mu_);
-  {
-    // Signals blocked while read_mu_ is held: a handler that unmapped here
-    // would wait in the kernel for its event to be read, by a reader waiting
-    // for read_mu_ (a deadlock the hardening test's handler found).
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
-    {
-      std::lock_guard<std::mutex> reading(read_mu_);
-      ReadAndPushLocked();
-    }
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  ReadEvents([&](const Event& e) { Apply(e, false, apply); });
+  // The reader's session in progress, if any, may hold events queued before
+  // the read above returned: let it push them.
+  const uint32_t seen = reading_.load(std::memory_order_seq_cst);
+  if (seen % 2 != 0) {
+    while (reading_.load(std::memory_order_acquire) == seen) sched_yield();
   }
-  // Exchanged before the apply below: whatever a full ring dropped until now
+  // Exchanged before the pops below: whatever a full ring dropped until now
   // is covered by apply(0, UINTPTR_MAX).
   const bool overflow = overflow_.load(std::memory_order_acquire) &&
                         overflow_.exchange(false, std::memory_order_acq_rel);
   Event e;
-  while (Pop(&e)) {
-    if (!overflow) apply(e.lo, e.hi);
-    if (e.to_hi != 0) {
-      // mremap carried our registration to the new address: drop it there
-      // unless a Watch holds those pages (the program may want them for a
-      // userfaultfd of its own).
-      std::lock_guard<std::mutex> lock(mu_);
-      UnregisterUncountedLocked(e.to_lo, e.to_hi);
-    }
-  }
+  while (Pop(&e)) Apply(e, overflow, apply);
   if (overflow) apply(0, UINTPTR_MAX);
 }
 
@@ -373,7 +401,10 @@ bool MemWatch::Watch(uintptr_t lo, uintptr_t hi, WatchRefusal* refusal) {
     *refusal = WatchRefusal::kUnwatchable;
     return false;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  // Not while the unwatch thread unregisters any of these pages: the
+  // kernel would end the registration made here.
+  unregistered_.wait(lock, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !UnregisteringLocked(lo, hi); });
   // A Watch adds at most 2 split runs and the gaps between existing ones.
   size_t gaps = 1;
   for (auto it = runs_.lower_bound(lo); it != runs_.end() && it->first < hi; ++it) ++gaps;
@@ -418,9 +449,22 @@ void MemWatch::Unwatch(uintptr_t lo, uintptr_t hi) {
   lo = PageFloor(lo);
   hi = PageCeil(hi);
   if (lo >= hi || abandoned_.load(std::memory_order_relaxed)) return;
+  if (hi - lo >= kUnwatchLaterFrom && Later(lo, hi)) return;
   std::lock_guard<std::mutex> lock(mu_);
+  UnwatchLocked(lo, hi, nullptr, 0);
+}
+
+size_t MemWatch::UnwatchLocked(uintptr_t lo, uintptr_t hi, Range* pieces, size_t max) {
   SplitAt(lo);
   SplitAt(hi);
+  size_t count = 0;
+  const auto unregister = [&](uintptr_t from, uintptr_t to) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (pieces != nullptr && count < max) {
+      pieces[count++] = Range{from, to};
+    } else {
+      Unregister(from, to);
+    }
+  };
   uintptr_t free_lo = 0, free_hi = 0;  // contiguous pages left to unregister
   for (auto it = runs_.lower_bound(lo); it != runs_.end() && it->first < hi;) {
     if (--it->second.count != 0) {
@@ -428,14 +472,71 @@ void MemWatch::Unwatch(uintptr_t lo, uintptr_t hi) {
       continue;
     }
     if (free_hi != it->first) {
-      if (free_hi > free_lo) Unregister(free_lo, free_hi);
+      if (free_hi > free_lo) unregister(free_lo, free_hi);
       free_lo = it->first;
     }
     free_hi = it->second.end;
     it = runs_.erase(it);
   }
-  if (free_hi > free_lo) Unregister(free_lo, free_hi);
+  if (free_hi > free_lo) unregister(free_lo, free_hi);
   PublishRunsLocked();
+  return count;
+}
+
+bool MemWatch::Later(uintptr_t lo, uintptr_t hi) {
+  std::unique_lock<std::mutex> queue(later_mu_, std::try_to_lock);
+  if (!queue.owns_lock() || !hold_later_ || stop_later_ || later_count_ == kLaterSlots) return false;
+  later_[(later_head_ + later_count_++) % kLaterSlots] = Range{lo, hi};
+  queue.unlock();
+  later_cv_.notify_one();
+  return true;
+}
+
+void MemWatch::HoldUnwatches(bool hold) {
+  {
+    std::lock_guard<std::mutex> queue(later_mu_);
+    hold_later_ = hold;
+  }
+  if (!hold) later_cv_.notify_all();
+}
+
+bool MemWatch::UnregisteringLocked(uintptr_t lo, uintptr_t hi) const {
+  for (size_t i = 0; i < unregistering_count_; ++i) {
+    if (unregistering_[i].lo < hi && unregistering_[i].hi > lo) return true;
+  }
+  return false;
+}
+
+void MemWatch::UnwatcherLoop() {
+  ScopedInsideLazypin inside;  // nothing it calls is lazypin's to intercept
+  std::unique_lock<std::mutex> queue(later_mu_);
+  for (;;) {
+    later_cv_.wait(queue, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return (later_count_ != 0 && !hold_later_) || stop_later_;
+    });
+    if (stop_later_) return;
+    const Range r = later_[later_head_];
+    later_head_ = (later_head_ + 1) % kLaterSlots;
+    --later_count_;
+    queue.unlock();
+    Range pieces[kPieces];
+    size_t n;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      n = UnwatchLocked(r.lo, r.hi, pieces, kPieces);
+      for (size_t i = 0; i < n; ++i) unregistering_[i] = pieces[i];
+      unregistering_count_ = n;
+    }
+    // Without mu_: a Watch elsewhere (a program's register) does not wait
+    // for this page walk; one overlapping these pages does (Watch).
+    for (size_t i = 0; i < n; ++i) Unregister(pieces[i].lo, pieces[i].hi);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      unregistering_count_ = 0;
+    }
+    unregistered_.notify_all();
+    queue.lock();
+  }
 }
 
 MemWatchCounters MemWatch::Counters() const {

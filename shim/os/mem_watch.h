@@ -13,8 +13,8 @@
 //    the kernel under UFFD_USER_MODE_ONLY).
 //  - An unmapping thread waits in the kernel until its event is read. The
 //    reader thread (all signals blocked) reads events and pushes them into a
-//    fixed ring without taking any lock a program thread can hold while it
-//    unmaps, and without allocating; a full ring sets "everything is dirty".
+//    fixed ring without taking any lock, and without allocating; a full ring
+//    sets "everything is dirty".
 //  - Drain() applies every event whose system call has returned and every
 //    event the kernel has queued so far (see Drain).
 //  - A fork child does not inherit the registrations (EVENT_FORK is not
@@ -22,6 +22,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -53,6 +54,9 @@ struct MemWatchOptions {
   size_t max_ranges = 0;
   // Events the ring holds before "everything is dirty".
   size_t ring_capacity = 4096;
+  // Calls userfaultfd even where a seccomp filter may be in force (which may
+  // kill the process for it); else Open says no there (seccomp.h).
+  bool under_seccomp = false;
 };
 
 struct MemWatchCounters {
@@ -78,8 +82,20 @@ class MemWatch {
   // range cannot be watched; then nothing changed.
   bool Watch(uintptr_t lo, uintptr_t hi, WatchRefusal* refusal = nullptr);
   // Ends one Watch of [lo, hi) (the registration really ended): pages no other
-  // watched range holds are unregistered from the kernel.
+  // watched range holds are unregistered from the kernel. The kernel's
+  // unregister of a write-protect range visits every page (0.16 s per
+  // populated GiB on the development VM) under the process's mmap lock, which
+  // fork needs too: while held (HoldUnwatches, fork's prepare handler), an
+  // Unwatch of kUnwatchLaterFrom bytes or more is queued and made by
+  // lazypin's unwatch thread once let go (the parent's handler), so the fork
+  // does not wait for it. A Watch of pages it is unregistering waits for it.
+  // Events for pages still watched meanwhile find nothing pooled (at worst a
+  // new registration there is not deferred). Otherwise it is made here: the
+  // memory usually leaves right after (free, munmap), and its event must not
+  // outlive the registration.
   void Unwatch(uintptr_t lo, uintptr_t hi);
+  static constexpr uintptr_t kUnwatchLaterFrom = uintptr_t{1} << 20;
+  void HoldUnwatches(bool hold);
 
   // Calls apply(lo, hi) for every range the kernel reported since the last
   // Drain (apply(0, UINTPTR_MAX) after an overflow). It sees every event
@@ -111,11 +127,28 @@ class MemWatch {
     uint32_t count;
   };
 
-  MemWatch(int fd, int stop_fd, MemWatchOptions options, size_t max_runs);
+  struct Range {
+    uintptr_t lo, hi;
+  };
+
+  MemWatch(int fd, MemWatchOptions options, size_t max_runs);
   void ReaderLoop();
-  // Reads every queued message without blocking and pushes the events.
-  void ReadAndPushLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_);
-  bool Push(const Event& e);  // producer: holder of read_mu_
+  void UnwatcherLoop();
+  // Queues [lo, hi) for the unwatch thread while held; false (nothing
+  // queued) when not held, or the queue is full or busy (a signal handler on
+  // a thread inside Later).
+  bool Later(uintptr_t lo, uintptr_t hi);
+  // Unwatch's bookkeeping; the pages to unregister go into `pieces` (up to
+  // `max`; their count returned) or, with `pieces` null or full, are
+  // unregistered here, with the lock held.
+  size_t UnwatchLocked(uintptr_t lo, uintptr_t hi, Range* pieces, size_t max)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool UnregisteringLocked(uintptr_t lo, uintptr_t hi) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads every queued message without blocking; take(event) for each event.
+  void ReadEvents(absl::FunctionRef<void(const Event&)> take);
+  // One event's effect (apply, unless everything is dirty anyway).
+  void Apply(const Event& e, bool all_dirty, absl::FunctionRef<void(uintptr_t, uintptr_t)> apply);
+  bool Push(const Event& e);  // producer: the reader thread
   bool Pop(Event* e);         // consumer: holder of apply_mu_
   void DrainSlow(absl::FunctionRef<void(uintptr_t, uintptr_t)> apply);
   // Splits the run containing `at` so that a run starts there.
@@ -125,27 +158,46 @@ class MemWatch {
   void Unregister(uintptr_t lo, uintptr_t hi);
   void PublishRunsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  int fd_;
-  int stop_fd_;  // an eventfd: wakes the reader to stop
+  int fd_;  // the one descriptor the watch holds
+  std::atomic<uintptr_t> stop_page_{0};  // the destructor's page: its unmap event sets stop_
+  std::atomic<bool> stop_{false};          // the reader returns
   const size_t max_runs_;
 
-  // Ring: single producer (whoever holds read_mu_), single consumer
-  // (whoever holds apply_mu_). Fixed at construction.
+  // Ring: single producer (the reader thread), single consumer (whoever
+  // holds apply_mu_). Fixed at construction.
   std::unique_ptr<Event[]> ring_;
   const size_t ring_capacity_;
   std::atomic<uint64_t> ring_head_{0};  // next to pop
   std::atomic<uint64_t> ring_tail_{0};  // next to push
   std::atomic<bool> overflow_{false};
 
-  std::mutex read_mu_;   // reader and Drain: across one non-blocking read + push
+  // The reader's sessions: odd from before its read until after its push.
+  std::atomic<uint32_t> reading_{0};
   std::mutex apply_mu_;  // Drain: across read, pop and apply (consumers serialized)
   std::mutex mu_;        // the runs
   absl::btree_map<uintptr_t, Run> runs_ ABSL_GUARDED_BY(mu_);
+  // Pages the unwatch thread is unregistering without mu_ held (their runs
+  // are gone already): a Watch overlapping them waits (unregistered_).
+  static constexpr size_t kPieces = 16;
+  Range unregistering_[kPieces] ABSL_GUARDED_BY(mu_) = {};
+  size_t unregistering_count_ ABSL_GUARDED_BY(mu_) = 0;
+  std::condition_variable unregistered_;
+  // Unwatches handed to the unwatch thread (fixed: a release may run in a
+  // memory hook, where nothing is allocated).
+  static constexpr size_t kLaterSlots = 4096;
+  std::mutex later_mu_;  // the queue only, never held across a system call
+  std::condition_variable later_cv_;
+  Range later_[kLaterSlots] ABSL_GUARDED_BY(later_mu_) = {};
+  size_t later_head_ ABSL_GUARDED_BY(later_mu_) = 0;  // a ring: the oldest
+  size_t later_count_ ABSL_GUARDED_BY(later_mu_) = 0;
+  bool stop_later_ ABSL_GUARDED_BY(later_mu_) = false;
+  bool hold_later_ ABSL_GUARDED_BY(later_mu_) = false;
   std::atomic<size_t> watched_runs_{0};
 
   std::atomic<uint64_t> events_{0}, overflows_{0}, unexpected_{0};
   std::atomic<bool> abandoned_{false};
   LazypinThread reader_;
+  LazypinThread unwatcher_;
 };
 
 }  // namespace lazypin

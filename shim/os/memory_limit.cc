@@ -1,53 +1,127 @@
-// memory_limit: the machine's memory or the cgroup's limit (see memory_limit.h).
+// memory_limit: the machine's memory, the cgroup's limit and the headroom (see memory_limit.h).
 #include "memory_limit.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "sys.h"
+#include <climits>
+#include <initializer_list>
 
 namespace lazypin {
 namespace {
 
-// `path`'s first line as a number of bytes; 0 when unreadable or "max".
-uint64_t ReadLimit(const char* path) {
-  char buf[64];
-  if (!ReadSmallFile(path, buf, sizeof buf)) return 0;
-  uint64_t v = 0;
-  for (const char* c = buf; *c >= '0' && *c <= '9'; ++c) v = v * 10 + (*c - '0');
+// The first number in `fd`'s text after `key` (or at the start when `key` is
+// null); -1 when unreadable or not a number ("max"). Allocates nothing.
+int64_t ReadNumber(int fd, const char* key) {
+  if (fd < 0) return -1;
+  char buf[2048];
+  const ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+  if (n <= 0) return -1;
+  buf[n] = '\0';
+  const char* p = buf;
+  if (key != nullptr) {
+    p = strstr(buf, key);
+    if (p == nullptr) return -1;
+    p += strlen(key);
+    while (*p == ' ') ++p;
+  }
+  if (*p < '0' || *p > '9') return -1;
+  int64_t v = 0;
+  for (; *p >= '0' && *p <= '9' && v < (INT64_MAX / 10 - 10); ++p) v = v * 10 + (*p - '0');
+  return v;
+}
+
+int64_t ReadPath(const char* path) {
+  if (path[0] == '\0') return -1;
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  const int64_t v = ReadNumber(fd, nullptr);
+  if (fd >= 0) close(fd);
   return v;
 }
 
 }  // namespace
 
-uint64_t MemoryForPercentages() {
-  const uint64_t ram = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
-                       static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+uint64_t MemoryForPercentages() { return MemoryProbe(false).Limit(); }
+
+MemoryProbe::MemoryProbe(bool open_files) {
   char text[2048];
-  if (!ReadSmallFile("/proc/self/cgroup", text, sizeof text)) return ram;
-  // One line per hierarchy, "id:controllers:/path": the v1 memory
-  // controller's if there is one (hybrid set-ups), else v2's "0::/path".
-  char path[640] = "";
-  for (char* line = text; line != nullptr && *line != '\0';) {
-    char* next = strchr(line, '\n');
-    if (next != nullptr) *next++ = '\0';
-    const char* colon = strchr(line, ':');
-    if (colon != nullptr) {
-      const char* controllers = colon + 1;
-      const char* rest = strchr(controllers, ':');
+  const int fd = open("/proc/self/cgroup", O_RDONLY | O_CLOEXEC);
+  const ssize_t n = fd >= 0 ? read(fd, text, sizeof(text) - 1) : -1;
+  if (fd >= 0) close(fd);
+  if (n > 0) {
+    text[n] = '\0';
+    // One line per hierarchy, "id:controllers:/path": the v1 memory
+    // controller's if there is one (hybrid set-ups), else v2's "0::/path".
+    for (char* line = text; line != nullptr && *line != '\0';) {
+      char* next = strchr(line, '\n');
+      if (next != nullptr) *next++ = '\0';
+      const char* colon = strchr(line, ':');
+      const char* controllers = colon != nullptr ? colon + 1 : nullptr;
+      const char* rest = controllers != nullptr ? strchr(controllers, ':') : nullptr;
       if (rest != nullptr && strncmp(controllers, "memory:", 7) == 0) {
-        snprintf(path, sizeof(path), "/sys/fs/cgroup/memory%s/memory.limit_in_bytes", rest + 1);
+        snprintf(limit_path_, sizeof(limit_path_), "/sys/fs/cgroup/memory%s/memory.limit_in_bytes",
+                 rest + 1);
+        snprintf(usage_path_, sizeof(usage_path_), "/sys/fs/cgroup/memory%s/memory.usage_in_bytes",
+                 rest + 1);
         break;
       }
       if (rest != nullptr && rest == controllers && line[0] == '0') {
-        snprintf(path, sizeof(path), "/sys/fs/cgroup%s/memory.max", rest + 1);
+        snprintf(limit_path_, sizeof(limit_path_), "/sys/fs/cgroup%s/memory.max", rest + 1);
+        snprintf(usage_path_, sizeof(usage_path_), "/sys/fs/cgroup%s/memory.current", rest + 1);
+      }
+      line = next;
+    }
+  }
+  if (open_files) {
+    if (limit_path_[0] != '\0') {
+      limit_fd_ = open(limit_path_, O_RDONLY | O_CLOEXEC);
+      usage_fd_ = open(usage_path_, O_RDONLY | O_CLOEXEC);
+      if (limit_fd_ < 0 || usage_fd_ < 0) {
+        if (limit_fd_ >= 0) close(limit_fd_);
+        if (usage_fd_ >= 0) close(usage_fd_);
+        limit_fd_ = usage_fd_ = -1;
       }
     }
-    line = next;
+    meminfo_fd_ = open("/proc/meminfo", O_RDONLY | O_CLOEXEC);
   }
-  const uint64_t limit = path[0] != '\0' ? ReadLimit(path) : 0;
-  return limit != 0 && limit < ram ? limit : ram;
+}
+
+MemoryProbe::MemoryProbe(const char* limit_path, const char* usage_path,
+                         const char* meminfo_path) {
+  snprintf(limit_path_, sizeof(limit_path_), "%s", limit_path);
+  snprintf(usage_path_, sizeof(usage_path_), "%s", usage_path);
+  if (limit_path[0] != '\0') limit_fd_ = open(limit_path, O_RDONLY | O_CLOEXEC);
+  if (usage_path[0] != '\0') usage_fd_ = open(usage_path, O_RDONLY | O_CLOEXEC);
+  if (meminfo_path[0] != '\0') meminfo_fd_ = open(meminfo_path, O_RDONLY | O_CLOEXEC);
+}
+
+MemoryProbe::~MemoryProbe() {
+  for (int fd : {limit_fd_, usage_fd_, meminfo_fd_}) {
+    if (fd >= 0) close(fd);
+  }
+}
+
+uint64_t MemoryProbe::Limit() const {
+  const uint64_t ram = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+                       static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const int64_t limit = limit_fd_ >= 0 ? ReadNumber(limit_fd_, nullptr) : ReadPath(limit_path_);
+  return limit > 0 && static_cast<uint64_t>(limit) < ram ? static_cast<uint64_t>(limit) : ram;
+}
+
+int64_t MemoryProbe::Headroom() const {
+  int64_t headroom = INT64_MAX;
+  const int64_t limit = ReadNumber(limit_fd_, nullptr);  // -1: "max", no limit
+  if (limit > 0) {
+    const int64_t usage = ReadNumber(usage_fd_, nullptr);
+    if (usage >= 0) headroom = limit - usage;
+  }
+  const int64_t available_kb = ReadNumber(meminfo_fd_, "MemAvailable:");
+  if (available_kb >= 0 && available_kb < INT64_MAX / 1024) {
+    headroom = headroom < available_kb * 1024 ? headroom : available_kb * 1024;
+  }
+  return headroom;
 }
 
 }  // namespace lazypin

@@ -1,12 +1,46 @@
-// memory_limit: how much memory this process may use: the machine's, or its
-// cgroup's limit (v2 memory.max, v1 memory.limit_in_bytes) when lower. What
-// "N% of RAM" means in the options.
+// memory_limit: how much memory this process may use and how much it can
+// still get: the machine's, or its cgroup's (v2 memory.max and
+// memory.current, v1 memory.limit_in_bytes and memory.usage_in_bytes) when
+// lower. What "N% of RAM" means in the options, and the headroom that kept
+// memory yields to (core/memory_budget.h).
 #pragma once
 
 #include <cstdint>
 
 namespace lazypin {
 
+// The machine's memory, or the cgroup's limit when lower.
 uint64_t MemoryForPercentages();
+
+// This process's memory cgroup (cgroup v1's memory controller when there is
+// one, else cgroup v2) and /proc/meminfo. Reading is a pread of open files:
+// async-signal-safe, allocation-free.
+class MemoryProbe {
+ public:
+  // Finds the cgroup's files; `open_files` keeps them (and /proc/meminfo)
+  // open for Headroom(), close-on-exec.
+  explicit MemoryProbe(bool open_files);
+  // Reads these files instead (tests): a limit ("max": none), a usage, and a
+  // meminfo-style text with "MemAvailable: N kB"; an empty path: not read.
+  MemoryProbe(const char* limit_path, const char* usage_path, const char* meminfo_path);
+  MemoryProbe(const MemoryProbe&) = delete;
+  MemoryProbe& operator=(const MemoryProbe&) = delete;
+  ~MemoryProbe();
+
+  // The machine's memory, or the cgroup's limit when lower.
+  uint64_t Limit() const;
+  // The bytes the program can still get now (fresh): min(cgroup limit -
+  // usage, MemAvailable); INT64_MAX when neither can be read.
+  int64_t Headroom() const;
+  // For MemoryBudget's injected reading.
+  static int64_t HeadroomOf(const void* probe) {
+    return static_cast<const MemoryProbe*>(probe)->Headroom();
+  }
+
+ private:
+  char limit_path_[640] = "";
+  char usage_path_[640] = "";
+  int limit_fd_ = -1, usage_fd_ = -1, meminfo_fd_ = -1;
+};
 
 }  // namespace lazypin

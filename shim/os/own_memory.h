@@ -9,7 +9,9 @@ namespace lazypin {
 // Copies `n` bytes of this process's memory at `src` to `dst`
 // (process_vm_readv on itself): false where any byte of `src` could not be
 // read (unmapped, protected, or the system call refused), never a fault.
-// `dst` must be lazypin's own writable memory.
+// Also false, without the call, where a seccomp filter may be in force (the
+// call is one a CUDA program need not make: seccomp.h). `dst` must be
+// lazypin's own writable memory.
 bool ReadOwnMemory(void* dst, const void* src, size_t n);
 
 // Private anonymous memory of `n` bytes for lazypin's own use, by the raw

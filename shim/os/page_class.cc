@@ -36,33 +36,17 @@ struct ProcmapQuery {
   uint64_t build_id_addr;
 };
 constexpr unsigned long kProcmapQuery = _IOWR('f', 17, ProcmapQuery);
+constexpr uint64_t kQueryVmaReadable = 0x01;
+constexpr uint64_t kQueryVmaWritable = 0x02;
 constexpr uint64_t kQueryVmaShared = 0x08;
 constexpr uint64_t kQueryCoveringOrNext = 0x10;
 
 
-// /proc/self/maps, opened once per process for the ioctl (a descriptor
-// inherited over fork would describe the parent's memory).
-std::atomic<int> g_maps_fd{-1};
-std::atomic<pid_t> g_maps_pid{0};
 std::atomic<int> g_have_query{-1};  // -1 unknown, 0 no, 1 yes
 
-int MapsFdForQuery() {
-  const pid_t pid = getpid();
-  int fd = g_maps_fd.load(std::memory_order_acquire);
-  if (fd >= 0 && g_maps_pid.load(std::memory_order_acquire) == pid) return fd;
-  const int fresh = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-  if (fresh < 0) return -1;
-  // Racing openers: the last one stays; an older descriptor is leaked rather
-  // than closed under a concurrent ioctl (at most one per racing thread).
-  g_maps_pid.store(pid, std::memory_order_release);
-  g_maps_fd.store(fresh, std::memory_order_release);
-  return fresh;
-}
-
-// -1: the ioctl is not there; 0: done (visit said stop, or no more VMAs); 1: ok.
-int QueryMappings(uintptr_t lo, uintptr_t hi, absl::FunctionRef<bool(const Mapping&)> visit) {
-  const int fd = MapsFdForQuery();
-  if (fd < 0) return -1;
+// QueryMappings on an open /proc/self/maps.
+int QueryMappingsWith(int fd, uintptr_t lo, uintptr_t hi,
+                      absl::FunctionRef<bool(const Mapping&)> visit) {
   uintptr_t addr = lo;
   while (addr < hi) {
     ProcmapQuery q = {};
@@ -81,11 +65,24 @@ int QueryMappings(uintptr_t lo, uintptr_t hi, absl::FunctionRef<bool(const Mappi
     if (q.vma_start >= hi) return 1;
     const Mapping m = {static_cast<uintptr_t>(q.vma_start), static_cast<uintptr_t>(q.vma_end),
                        (q.vma_flags & kQueryVmaShared) != 0,
-                       q.inode != 0 || q.dev_major != 0 || q.dev_minor != 0};
+                       q.inode != 0 || q.dev_major != 0 || q.dev_minor != 0,
+                       (q.vma_flags & kQueryVmaReadable) != 0,
+                       (q.vma_flags & kQueryVmaWritable) != 0};
     if (!visit(m)) return 1;
     addr = m.hi;
   }
   return 1;
+}
+
+// -1: the ioctl is not there; 0: done (visit said stop, or no more VMAs); 1: ok.
+// /proc/self/maps is opened for each query and closed after it: lazypin holds
+// no descriptor for it (the program's RLIMIT_NOFILE is its own; 1-2 us more).
+int QueryMappings(uintptr_t lo, uintptr_t hi, absl::FunctionRef<bool(const Mapping&)> visit) {
+  const int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  const int r = QueryMappingsWith(fd, lo, hi, visit);
+  close(fd);
+  return r;
 }
 
 // Parses one line "lo-hi perms offset major:minor inode [path]".
@@ -95,6 +92,8 @@ bool ParseMapsLine(const char* line, Mapping* m) {
   if (*p != '-') return false;
   m->hi = strtoull(p + 1, &p, 16);
   if (*p != ' ' || strlen(p) < 6) return false;
+  m->readable = p[1] == 'r';
+  m->writable = p[2] == 'w';
   m->shared = p[4] == 's';
   p += 5;
   while (*p == ' ') ++p;

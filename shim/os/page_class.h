@@ -30,6 +30,8 @@ struct Mapping {
   uintptr_t lo, hi;
   bool shared;    // VM_MAYSHARE ('s' in the permissions)
   bool has_file;  // backed by a file (an inode), shmem included
+  bool readable;  // PROT_READ ('r')
+  bool writable;  // PROT_WRITE ('w')
 };
 
 enum class MapsMethod {

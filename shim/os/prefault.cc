@@ -10,9 +10,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 
 #include "page_class.h"
 #include "pages.h"
+#include "seccomp.h"
 #include "thread_state.h"
 
 namespace lazypin {
@@ -63,12 +65,40 @@ int CallerNode() {
   return static_cast<int>(node);
 }
 
+// Whether every page of [lo, hi) is private anonymous memory mapped readable
+// and writable, as a writable register needs it: a range the driver would
+// refuse (a PROT_NONE or read-only page, a hole) gets nothing faulted in.
+bool PrefaultableRange(uintptr_t lo, uintptr_t hi) {
+  lo = PageFloor(lo);
+  hi = PageCeil(hi);
+  uintptr_t cursor = lo;
+  bool ok = true;
+  const bool read = ForEachMapping(lo, hi, [&](const Mapping& m) {
+    if (m.lo > cursor || m.shared || m.has_file || !m.readable || !m.writable) {
+      ok = false;
+      return false;
+    }
+    cursor = m.hi;
+    return cursor < hi;
+  });
+  return read && ok && cursor >= hi;
+}
+
 }  // namespace
 
 bool ShouldPrefault(uintptr_t lo, uintptr_t hi, unsigned flags, int threads) {
-  return threads > 1 && hi - lo >= kPrefaultMinBytes && (flags & ~kKnownFlags) == 0 &&
-         (flags & (kReadOnly | kIoMemory)) == 0 && !g_unsupported.load(std::memory_order_relaxed) &&
-         ClassifyRange(lo, hi) == PageClass::kPrivateAnonymous;
+  if (threads <= 1 || hi - lo < kPrefaultMinBytes || (flags & ~kKnownFlags) != 0 ||
+      (flags & (kReadOnly | kIoMemory)) != 0 || g_unsupported.load(std::memory_order_relaxed)) {
+    return false;
+  }
+  if (SeccompFiltered()) {  // set_mempolicy, get_mempolicy, MADV_POPULATE_WRITE may be forbidden
+    if (TakeSeccompNotice()) {
+      fprintf(stderr, "lazypin: a seccomp filter is in force (%s); LAZYPIN_PREFAULT is off from "
+              "now on (its system calls may be forbidden)\n", SeccompStatusText().c_str());
+    }
+    return false;
+  }
+  return PrefaultableRange(lo, hi);
 }
 
 int PrefaultRange(uintptr_t lo, uintptr_t hi, int threads) {

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <stdlib.h>
 
+#include "hooks_alloc.h"
 #include "shim.h"
 #include "thread_state.h"
 
@@ -21,6 +22,9 @@ void ExitHandler() {
 }
 void ForkPrepareHandler() {
   if (g_shim != nullptr) g_shim->BeforeFork();
+}
+void ForkParentHandler() {
+  if (g_shim != nullptr) g_shim->AfterForkInParent();
 }
 void ForkChildHandler() {
   if (g_shim != nullptr) g_shim->InForkChild();
@@ -58,7 +62,7 @@ void Shim::InstallHandlersOnce() {
   }
   for (const std::string& warning : said_at_first_call_) fprintf(stderr, "%s\n", warning.c_str());
   atexit(ExitHandler);
-  pthread_atfork(ForkPrepareHandler, nullptr, ForkChildHandler);
+  pthread_atfork(ForkPrepareHandler, ForkParentHandler, ForkChildHandler);
   for (int sig : {SIGTERM, SIGINT}) {  // the log's last records on a fatal signal
     struct sigaction old;
     if (sigaction(sig, nullptr, &old) == 0 && !(old.sa_flags & SA_SIGINFO) &&
@@ -82,7 +86,8 @@ void Shim::AtExit() {
   // From here on a free of pooled memory invalidates on the freeing thread:
   // the collector stops.
   if (guard_) {
-    static const MemoryGuard exit_guard(pool_.get(), nullptr, &LeftSetUpProcess, host_cache_.get());
+    static const MemoryGuard exit_guard(pool_.get(), nullptr, &LeftSetUpProcess, host_cache_.get(),
+                                        /*reuse=*/false, glibc_allocator_);
     Publish(new ShimState{state_->requested, state_->effective, state_->why, dispatch_.get(),
                           &exit_guard});
   }
@@ -128,9 +133,16 @@ void Shim::BeforeFork() {
   const ShimState* state = PublishedState();
   if (state == nullptr || state->dispatch == nullptr) return;
   ScopedInsideLazypin inside;
+  // The kernel watch's part of these releases waits until the fork is made
+  // (it would hold the mmap lock that fork needs).
+  if (watch_) watch_->HoldUnwatches(true);
   pool_->ReleaseAll(EvictReason::kFork);
   // Pinned blocks the program freed are not copied into the child either.
   if (host_cache_) host_cache_->ReleaseAll(EvictReason::kFork);
+}
+
+void Shim::AfterForkInParent() {
+  if (watch_) watch_->HoldUnwatches(false);
 }
 
 void Shim::InForkChild() {
@@ -141,6 +153,7 @@ void Shim::InForkChild() {
   in_child_ = true;
   if (pool_) pool_->AbandonAfterFork();
   if (host_cache_) host_cache_->AbandonAfterFork();
+  g_alloc_gauge.store(0, std::memory_order_relaxed);  // nothing is served or kept here
   if (watch_) watch_->AbandonAfterFork();
   static const ShimState child{Mode::kOff, Mode::kOff, "a fork's child", nullptr, nullptr};
   Publish(&child);

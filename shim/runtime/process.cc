@@ -4,6 +4,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "seccomp.h"
+
 namespace lazypin {
 
 void ProcessIdentity::Mark() {
@@ -15,6 +17,7 @@ void ProcessIdentity::Mark() {
   // syscall per check; a CLONE_VM child that calls into lazypin between its
   // clone and its exec then counts as a copy).
   pid_ = getpid();
+  if (SeccompFilterSeen()) return;  // madvise(MADV_WIPEONFORK) may be forbidden: the pid
   void* page = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (page == MAP_FAILED) return;
   if (madvise(page, 4096, MADV_WIPEONFORK) != 0) {

@@ -10,9 +10,12 @@
 #include "fmt/format.h"
 #include "hooks_alloc.h"
 #include "hooks_memory.h"
+#include "memory_budget.h"
 #include "memory_limit.h"
+#include "option_limits.h"
 #include "pfn.h"
 #include "records.h"
+#include "seccomp.h"
 #include "shim.h"
 #include "sys.h"
 #include "thread_state.h"
@@ -31,6 +34,7 @@ constexpr const char* kVersion = "0.1.0";
 // thread, which creates the file and writes the header once the first record
 // is there (records are kept in memory until then).
 void Shim::Init() {
+  SeccompFiltered();  // before any optional system call (seccomp.h)
   process_.Mark();
   start_mono_ns_ = MonotonicNs();
   start_unix_ns_ = UnixNs();
@@ -67,32 +71,32 @@ void Shim::Init() {
       said_at_first_call_.push_back(warnings_.back());
     }
   }
-  const std::string pattern = config_.log_path.empty()
-                                  ? DefaultLogPattern(program_invocation_short_name)
-                                  : config_.log_path;
-  recorder_ = std::make_unique<Recorder>(config_, start_mono_ns_, ExpandLogPath(pattern, getpid()),
+  recorder_ = std::make_unique<Recorder>(config_, start_mono_ns_, ExpandLogPath(config_.log_path, getpid()),
                                          [] { g_shim->InstallHandlersOnce(); });
   env_ = std::make_unique<RecordingCudaEnv>(recorder_.get());
   if (effective_ == Mode::kDefer) {
-    PoolLimits limits;
-    limits.max_bytes = config_.pool_bytes;
-    limits.max_entries = config_.pool_entries;
-    limits.check_frames = config_.check_pfn;
     pool_driver_ = MakeCudaPoolDriver(watch_.get(), config_.defer_shared, config_.prefault_threads);
-    pool_ = std::make_unique<Pool>(pool_driver_.get(), recorder_.get(), limits);
+    pool_ = std::make_unique<Pool>(pool_driver_.get(), recorder_.get(), PoolLimitsFrom(config_));
+    probe_ = std::make_unique<MemoryProbe>(/*open_files=*/true);
+    budget_ = std::make_unique<MemoryBudget>(&MemoryProbe::HeadroomOf, probe_.get(),
+                                             config_.keep_margin, &g_alloc_gauge);
     if (config_.host_alloc_bytes > 0) {
-      HostAllocLimits host_limits;
-      host_limits.max_bytes = config_.host_alloc_bytes;
-      host_limits.max_entries = config_.pool_entries;
+      HostAllocLimits host_limits = HostAllocLimitsFrom(config_);
+      host_limits.budget = budget_.get();
       host_driver_ = MakeCudaHostAllocDriver();
-      host_cache_ = std::make_unique<HostAllocCache>(host_driver_.get(), recorder_.get(), host_limits);
+      host_cache_ = std::make_unique<HostAllocCache>(host_driver_.get(), recorder_.get(),
+                                                     host_limits);
     }
+    // Whether freed blocks are glibc's: then their headers are read as
+    // glibc's free reads them (MemoryGuard), and they may come back.
+    std::string why_not;
+    glibc_allocator_ = AllocatorReuseCheck(&why_not);
     bool reuse = false;
     if (config_.reuse_freed != 0) {
-      std::string why_not;
-      reuse = AllocatorReuseCheck(&why_not);
+      reuse = glibc_allocator_;
       if (reuse) {
-        pool_->EnableReuse(ReuseHooks{&RealFree, &g_parked_blocks, config_.reuse_freed});
+        pool_->EnableReuse(
+            ReuseHooks{&RealFree, &g_alloc_gauge, config_.reuse_freed, budget_.get()});
       } else {  // said once, in the log: the program runs as with LAZYPIN_REUSE_FREED=0
         warnings_.push_back(fmt::format(
             "lazypin: LAZYPIN_REUSE_FREED steps aside: {}; freed blocks are unregistered and freed",
@@ -100,9 +104,11 @@ void Shim::Init() {
       }
     }
     collector_ = std::make_unique<Collector>(pool_.get(), config_.idle_ms, &RealFree, FreeBounds{},
-                                             &Captures(), host_cache_.get());
+                                             &Captures(), host_cache_.get(), budget_.get());
+    budget_->SetWaker([](void* c) { static_cast<Collector*>(c)->Nudge(); }, collector_.get());
     guard_ = std::make_unique<MemoryGuard>(pool_.get(), collector_.get(), &LeftSetUpProcess,
-                                           host_cache_.get(), reuse);
+                                           host_cache_.get(), reuse, glibc_allocator_,
+                                           budget_.get());
   }
   dispatch_ = std::make_unique<Dispatch>(env_.get(), pool_.get(), config_.unregister_wait,
                                          host_cache_.get());
@@ -120,9 +126,7 @@ void Shim::Init() {
       said_at_first_call_.push_back(warnings_.back());
     } else {
       auto_pin_ = std::make_unique<AutoPin>(
-          pool_.get(), env_.get(), recorder_.get(),
-          AutoPinLimits{config_.autopin_min, config_.autopin_bytes,
-                        static_cast<int>(config_.autopin_after)});
+          pool_.get(), env_.get(), recorder_.get(), AutoPinLimitsFrom(config_));
     }
   }
   if (pool_ != nullptr && config_.check_pfn) {
@@ -152,7 +156,10 @@ bool Shim::OpenWatch() {
     watch_reason_ = "LAZYPIN_WATCH=hooks";
     return true;
   }
-  watch_ = MemWatch::Open(&watch_reason_);
+  MemWatchOptions options;
+  options.under_seccomp = config_.watch == WatchMode::kKernel;  // asked for: tried
+  watch_ = MemWatch::Open(&watch_reason_, options);
+  if (watch_ == nullptr && SeccompFilterSeen()) TakeSeccompNotice();  // said by watch_reason_
   return watch_ != nullptr || config_.watch == WatchMode::kAuto;
 }
 

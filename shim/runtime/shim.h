@@ -22,7 +22,9 @@
 #include "dispatch.h"
 #include "host_alloc_cache.h"
 #include "mem_watch.h"
+#include "memory_budget.h"
 #include "memory_guard.h"
+#include "memory_limit.h"
 #include "pool.h"
 #include "process.h"
 #include "recorder.h"
@@ -50,6 +52,7 @@ class Shim {
   void AtExit();
   void OnSignal(int sig);
   void BeforeFork();
+  void AfterForkInParent();
   void InForkChild();
   // True in a copy of the process that fork's handlers did not reach.
   // Async-signal-safe.
@@ -75,9 +78,12 @@ class Shim {
   std::unique_ptr<Pool> pool_;
   std::unique_ptr<HostAllocDriver> host_driver_;
   std::unique_ptr<HostAllocCache> host_cache_;  // defer mode with LAZYPIN_HOST_ALLOC_CACHE > 0
+  std::unique_ptr<MemoryProbe> probe_;    // defer mode: the headroom, for budget_
+  std::unique_ptr<MemoryBudget> budget_;  // defer mode: kept memory yields to the program
   std::unique_ptr<Collector> collector_;
   std::unique_ptr<Dispatch> dispatch_;
   std::unique_ptr<MemoryGuard> guard_;
+  bool glibc_allocator_ = false;  // AllocatorReuseCheck passed (defer mode)
   std::unique_ptr<AutoPin> auto_pin_;
   Mode effective_ = Mode::kOff;
   std::string why_;  // why the effective mode differs from the requested one

@@ -5,7 +5,6 @@
 #include <link.h>
 #include <sys/mman.h>
 #include <unistd.h>
-#include <unwind.h>
 
 #include <algorithm>
 #include <utility>
@@ -14,25 +13,10 @@
 #include "json.h"
 #include "pages.h"
 #include "pyframe.h"
+#include "unwind.h"
 
 namespace lazypin {
 namespace {
-
-struct Unwinding {
-  uintptr_t* frames;
-  size_t capacity;
-  size_t count;
-  uintptr_t skip_lo, skip_hi;
-};
-
-_Unwind_Reason_Code OnFrame(struct _Unwind_Context* context, void* arg) {
-  auto* u = static_cast<Unwinding*>(arg);
-  const uintptr_t pc = _Unwind_GetIP(context);
-  if (pc == 0) return _URC_END_OF_STACK;
-  if (pc >= u->skip_lo && pc < u->skip_hi) return _URC_NO_REASON;
-  u->frames[u->count++] = pc;
-  return u->count == u->capacity ? _URC_END_OF_STACK : _URC_NO_REASON;
-}
 
 uint64_t HashFrames(const uintptr_t* frames, size_t count) {
   uint64_t h = 0x9e3779b97f4a7c15u ^ count;
@@ -96,10 +80,7 @@ CallSites::CallSites(const void* own_code) {
 }
 
 size_t CaptureFrames(uintptr_t* frames, size_t capacity, uintptr_t skip_lo, uintptr_t skip_hi) {
-  if (capacity == 0) return 0;
-  Unwinding u{frames, capacity, 0, skip_lo, skip_hi};
-  _Unwind_Backtrace(&OnFrame, &u);
-  return u.count;
+  return SafeBacktrace(frames, capacity, skip_lo, skip_hi);
 }
 
 std::pair<uintptr_t, uintptr_t> CallSites::ObjectRange(const void* address) {

@@ -1,6 +1,7 @@
 // callsite: which code made a call. The calling thread's native stack, taken
-// with libgcc's unwinder (linked into the shim, found through the loader's
-// _dl_find_object: no lock, no allocation), lazypin's own frames left out,
+// by a walk that never faults (unwind.h: the loaded objects' unwind tables,
+// found through the loader's _dl_find_object, no lock, no allocation; the
+// stack read only inside its own readable mapping), lazypin's own frames left out,
 // and interned: each unique stack gets an id, and its frames and any object
 // not yet named are written once to the log, before the first record that
 // names the id (docs/log-format.md, "objects and stack"). Symbols are the

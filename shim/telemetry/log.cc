@@ -22,7 +22,9 @@
 #include <system_error>
 
 #include "fmt/format.h"
+#include "descriptors.h"
 #include "json.h"
+#include "seccomp.h"
 #include "sys.h"
 #include "thread_state.h"
 
@@ -85,9 +87,6 @@ std::string ShortHostName() {
   return LogNamePart(node.substr(0, node.find('.')));
 }
 
-std::string DefaultLogPattern(std::string_view program) {
-  return "lazypin-" + LogNamePart(program) + "-%h-%p.jsonl";
-}
 
 namespace {
 
@@ -147,7 +146,7 @@ long OpenAt2NoSymlinks(const char* dir) {
 int OpenDirectory(const std::string& path, std::string_view dir, std::string_view name,
                   LogPathResolver resolver, std::string* message) {
   if (dir.empty()) return AT_FDCWD;
-  if (resolver == LogPathResolver::kAuto) {
+  if (resolver == LogPathResolver::kAuto && !SeccompFiltered()) {  // openat2 may be forbidden
     const long fd = OpenAt2NoSymlinks(std::string(dir).c_str());
     if (fd >= 0) return static_cast<int>(fd);
     // Any failure (no openat2, seccomp's EPERM, a link, a missing directory):
@@ -199,17 +198,75 @@ std::string Suffixed(std::string_view name, int n) {
   return fmt::format("{}.{}{}", name.substr(0, dot), n, name.substr(dot));
 }
 
+// `path` split into its directory part ("" for none) and its name.
+struct LogPathParts {
+  std::string_view dir;
+  std::string name;
+};
+LogPathParts SplitLogPath(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return {std::string_view(), path};
+  return {std::string_view(path).substr(0, slash == 0 ? 1 : slash), path.substr(slash + 1)};
+}
+
+std::string NamesADirectoryMessage(const std::string& path) {
+  return fmt::format("lazypin: LAZYPIN_LOG={} names a directory, not a file; not writing a log "
+                     "file ({})", Shown(path), kAccepts);
+}
+
+// The message for a name that exists and is not a regular file (`st`).
+std::string NotAFileMessage(const struct stat& st, const std::string& path, std::string_view dir,
+                            std::string_view name) {
+  if (S_ISLNK(st.st_mode)) return LinkMessage(path, path, dir.empty() ? "." : dir, name);
+  return fmt::format("lazypin: LAZYPIN_LOG={} is {}, not a regular file; not writing a log file "
+                     "({})", Shown(path), FileKind(st.st_mode), kAccepts);
+}
+
 }  // namespace
+
+std::string CheckLogPath(const std::string& path, LogPathResolver resolver) {
+  const LogPathParts parts = SplitLogPath(path);
+  const std::string& name = parts.name;
+  if (name.empty() || name == "." || name == "..") return NamesADirectoryMessage(path);
+  std::string message;
+  const int dirfd = OpenDirectory(path, parts.dir, name, resolver, &message);
+  if (dirfd == -1) return message;
+  struct stat st;
+  int err = 0;
+  if (fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    if (!S_ISREG(st.st_mode)) message = NotAFileMessage(st, path, parts.dir, name);
+  } else if (errno != ENOENT) {
+    err = errno;  // ENAMETOOLONG, say
+  }
+  if (message.empty() && err == 0) {
+    // An unnamed file in the directory (gone at close) is a create the
+    // filesystem itself answers (EROFS, EACCES, EDQUOT...); where it has no
+    // O_TMPFILE, the permission check is what is left.
+    const int probe = ::openat(dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+    if (probe >= 0) {
+      ::close(probe);
+    } else if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL) {
+      err = errno;
+    } else if (faccessat(dirfd, ".", W_OK, AT_EACCESS) != 0) {
+      err = errno;
+    }
+  }
+  if (err != 0) {
+    message = fmt::format("lazypin: LAZYPIN_LOG={}: cannot create the file: {}; not writing a log "
+                          "file ({})", Shown(path), strerror(err), kAccepts);
+  }
+  if (dirfd != AT_FDCWD) ::close(dirfd);
+  return message;
+}
 
 CreatedLogFile CreateLogFile(const std::string& path, LogPathResolver resolver) {
   CreatedLogFile out;
   const size_t slash = path.rfind('/');
-  const std::string_view dir =
-      slash == std::string::npos ? std::string_view() : std::string_view(path).substr(0, slash == 0 ? 1 : slash);
-  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  const LogPathParts parts = SplitLogPath(path);
+  const std::string_view dir = parts.dir;
+  const std::string& name = parts.name;
   if (name.empty() || name == "." || name == "..") {
-    out.message = fmt::format("lazypin: LAZYPIN_LOG={} names a directory, not a file; not writing "
-                              "a log file ({})", Shown(path), kAccepts);
+    out.message = NamesADirectoryMessage(path);
     return out;
   }
   const int dirfd = OpenDirectory(path, dir, name, resolver, &out.message);
@@ -222,11 +279,7 @@ CreatedLogFile CreateLogFile(const std::string& path, LogPathResolver resolver) 
   if (fd < 0 && err == EEXIST) {
     struct stat st;
     if (fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode)) {
-      out.message =
-          S_ISLNK(st.st_mode)
-              ? LinkMessage(path, path, dir.empty() ? "." : dir, name)
-              : fmt::format("lazypin: LAZYPIN_LOG={} is {}, not a regular file; not writing a "
-                            "log file ({})", Shown(path), FileKind(st.st_mode), kAccepts);
+      out.message = NotAFileMessage(st, path, dir, name);
       if (dirfd != AT_FDCWD) ::close(dirfd);
       return out;
     }
@@ -254,7 +307,7 @@ CreatedLogFile CreateLogFile(const std::string& path, LogPathResolver resolver) 
                               "a log file", Shown(used_path));
     return out;
   }
-  out.fd = fd;
+  out.fd = MoveFdHigh(fd);  // out of the program's way (descriptors.h)
   out.path = used_path;
   if (used != name) {
     out.message = fmt::format("lazypin: LAZYPIN_LOG={} exists (lazypin never overwrites a file); "
@@ -487,26 +540,41 @@ std::string Log::failure() const {
   return e == 0 ? std::string() : std::string(strerror(e));
 }
 
-std::string ExpandLogPath(std::string_view pattern, int pid) {
+std::string ExpandLogPattern(std::string_view pattern, const LogNameFields& fields,
+                             void (*literal)(char c, std::string* out)) {
   std::string out;
-  std::string host;  // looked up at the first %h
   for (size_t i = 0; i < pattern.size(); ++i) {
-    if (pattern[i] == '%' && i + 1 < pattern.size()) {
+    char c = pattern[i];
+    if (c == '%' && i + 1 < pattern.size()) {
       const char what = pattern[i + 1];
-      if (what == 'p' || what == 'h' || what == '%') {
-        if (what == 'p') out += std::to_string(pid);
-        if (what == 'h') {
-          if (host.empty()) host = ShortHostName();
-          out += host;
-        }
-        if (what == '%') out.push_back('%');
-        ++i;
+      const std::string* field = what == 'p'   ? &fields.pid
+                                 : what == 'h' ? &fields.host
+                                 : what == 'e' ? &fields.program
+                                               : nullptr;
+      if (field != nullptr || what == '%') ++i;
+      if (field != nullptr) {
+        out += *field;
         continue;
       }
     }
-    out.push_back(pattern[i]);
+    if (literal != nullptr) literal(c, &out);
+    else out.push_back(c);
   }
   return out;
+}
+
+std::string ExpandLogPath(std::string_view pattern, int pid) {
+  return ExpandLogPattern(pattern, {std::to_string(pid), ShortHostName(),
+                                    LogNamePart(program_invocation_short_name)});
+}
+
+std::string LogPathGlob(std::string_view pattern, int pid) {
+  return ExpandLogPattern(
+      pattern, {pid == 0 ? "*" : std::to_string(pid), ShortHostName(), "*"},
+      [](char c, std::string* out) {
+        if (c == '*' || c == '?' || c == '[') *out += fmt::format("[{}]", c);
+        else out->push_back(c);
+      });
 }
 
 }  // namespace lazypin

@@ -41,14 +41,27 @@ std::string LogNamePart(std::string_view text);
 // as a LogNamePart ("unknown" when that is empty). What %h expands to.
 std::string ShortHostName();
 
-// The log path pattern used when LAZYPIN_LOG is not set, for ExpandLogPath:
-// "lazypin-<program>-%h-%p.jsonl", `program` made a LogNamePart. Unique per
-// host and process, in the current directory.
-// Expands a log path pattern: %p to `pid`, %h to ShortHostName() (log.h),
-// %% to a literal %; any other %, and a trailing one, stay as they are.
+// What a log path pattern (LAZYPIN_LOG) names: %p the process id, %h the
+// host (ShortHostName), %e the program (its short invocation name, as a
+// LogNamePart), %% a literal %; any other %, and a trailing one, stay as they
+// are. ExpandLogPattern is the one expansion: the shim's (ExpandLogPath) and
+// lazypin run's (the lazypin-options tool: the glob of a run's logs, the name
+// it announces) are made from it.
+struct LogNameFields {
+  std::string pid;
+  std::string host;
+  std::string program;
+};
+// `literal`, when given, writes each byte of the pattern that is not a field
+// (escaping a glob's wildcards, say).
+std::string ExpandLogPattern(std::string_view pattern, const LogNameFields& fields,
+                             void (*literal)(char c, std::string* out) = nullptr);
+// This process's log path: the fields of process `pid` on this host, this program.
 std::string ExpandLogPath(std::string_view pattern, int pid);
-
-std::string DefaultLogPattern(std::string_view program);
+// A shell glob (Python's glob, fnmatch) that matches every path ExpandLogPath
+// can make from `pattern` on this host: %p and %e any text (%p the given
+// `pid` when it is not 0), the pattern's own wildcards escaped.
+std::string LogPathGlob(std::string_view pattern, int pid = 0);
 
 // How CreateLogFile resolves the directory part of a path: kAuto uses
 // openat2(RESOLVE_NO_SYMLINKS) where the kernel has it and the walk otherwise;
@@ -76,6 +89,15 @@ struct CreatedLogFile {
 };
 CreatedLogFile CreateLogFile(const std::string& path,
                              LogPathResolver resolver = LogPathResolver::kAuto);
+// What CreateLogFile would say about `path` without leaving anything behind:
+// empty when a log could be created there (at `path` or a suffixed name),
+// else the one line why not (CreateLogFile's message): a missing directory, a
+// link in the way, something not a regular file at the name, a directory in
+// which the filesystem refuses a new file (an unnamed O_TMPFILE probe where
+// the filesystem has it: EACCES, EROFS, EDQUOT; else the permission bits).
+// For `lazypin run`, before it starts a program.
+std::string CheckLogPath(const std::string& path,
+                         LogPathResolver resolver = LogPathResolver::kAuto);
 
 class Log {
  public:

@@ -19,7 +19,10 @@ struct LogEntry {
   uint8_t via = 0;           // kCall: Via
   uint8_t action = 0;        // kCall: Action
   uint8_t reason = 0;        // kCall: PassReason; kEvict: EvictReason
-  bool forced = false;       // kEvict
+  union {
+    bool forced;             // kEvict
+    int8_t device;           // kCall: the current context's device with several devices, else -1
+  };
   int16_t stack = 0;         // kCall, kEvict, kStack: the stack's id (callsite.h), 0 for none
   int32_t result = 0;
   int32_t tid = 0;
@@ -37,7 +40,7 @@ struct LogEntry {
     std::string* text;       // kText: the whole line, owned by the entry until the writer takes it
   };
   uint64_t bytes = 0;        // kCall, kEvict; kDropped: records dropped
-  LogEntry() : waited_ns(0), ptr(0) {}
+  LogEntry() : device(-1), waited_ns(0), ptr(0) {}
 };
 // With the ring's sequence number, one 64-byte cache line a record: a
 // caller's record moves one line between its core and the writer's.

@@ -5,6 +5,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "fmt/format.h"
 #include "nvtx.h"
 #include "records.h"
@@ -81,6 +83,7 @@ void Recorder::Record(const CallRecord& record) {
   entry.ptr = reinterpret_cast<uintptr_t>(record.call.ptr);
   entry.bytes = record.call.bytes;
   entry.stack = static_cast<int16_t>(stack);
+  entry.device = static_cast<int8_t>(record.device);
   log_->Write(entry);
   on_first_record_();
 }
@@ -110,22 +113,35 @@ void Recorder::FormatEntry(const LogEntry& e, std::string* line) {
     case LogEntry::Kind::kCall: {
       const Api api = static_cast<Api>(e.api);
       const Action action = static_cast<Action>(e.action);
-      stats_.RecordCall(api, e.bytes, e.result, e.latency_ns, action);
+      const CallFacts facts = stats_.RecordCall(api, e.bytes, e.result, e.latency_ns, action, e.tid,
+                                                e.t_ns, e.call.evicted);
+      if (PastLogBound(e.t_ns, line)) {
+        tally_.AddCall(api, action, e.bytes, e.result, e.latency_ns, e.call.evicted,
+                       static_cast<PassReason>(e.reason), e.stack, facts);
+        return;
+      }
       const CallRecord record{
           ProgramCall{api, static_cast<Via>(e.via), reinterpret_cast<void*>(e.ptr), e.bytes,
                       e.call.flags},
-          e.result, e.latency_ns, action, e.call.evicted, static_cast<PassReason>(e.reason)};
+          e.result, e.latency_ns, action, e.call.evicted, static_cast<PassReason>(e.reason),
+          0, e.device};
       line->append(CallRecordLine(e.t_ns, e.tid, record, e.stack).view());
+      log_bytes_ += line->size() + 1;
       return;
     }
     case LogEntry::Kind::kEvict: {
-      stats_.RecordEvict(e.latency_ns);
+      stats_.RecordEvict(e.latency_ns, e.result, e.tid, e.t_ns);
+      if (PastLogBound(e.t_ns, line)) {
+        tally_.AddEvict(static_cast<EvictReason>(e.reason), e.result, e.forced, e.bytes, e.latency_ns);
+        return;
+      }
       ReleaseWait wait;
       wait.waited_ns = e.waited_ns;
       wait.forced = e.forced;
       line->append(EvictRecordLine(e.t_ns, e.tid, e.ptr, e.bytes, static_cast<EvictReason>(e.reason),
                                    e.result, e.latency_ns, wait, e.stack)
                        .view());
+      log_bytes_ += line->size() + 1;
       return;
     }
     case LogEntry::Kind::kStack:
@@ -142,6 +158,22 @@ void Recorder::FormatEntry(const LogEntry& e, std::string* line) {
     case LogEntry::Kind::kText:
       return;  // the log writes those itself
   }
+}
+
+bool Recorder::PastLogBound(int64_t t_ns, std::string* line) {
+  if (!log_cut_) {
+    if (config_.log_max == 0 || log_bytes_ < config_.log_max) return false;
+    log_cut_ = true;
+    log_cut_ns_ = last_tally_ns_ = t_ns;
+    *line = fmt::format(R"({{"type":"log_cut","t_ns":{},"log_max":{}}})", t_ns, config_.log_max);
+    return true;
+  }
+  if (t_ns - last_tally_ns_ >= tally_interval_ns_) {
+    last_tally_ns_ = t_ns;
+    tally_interval_ns_ = std::min(2 * tally_interval_ns_, kTallyEveryNs);
+    *line = tally_.Record(t_ns, log_cut_ns_);
+  }
+  return true;
 }
 
 void Recorder::OnHostRelease(uintptr_t ptr, size_t bytes, EvictReason reason, int result,
@@ -165,7 +197,11 @@ void Recorder::OnWarning(const std::string& message) {
 
 void Recorder::Finish(const PoolCounters& counters, bool deferring, const HostAllocCounters* host) {
   // The summary is made once the writer has counted every record.
-  log_->Close([&] { return stats_.SummaryJson(counters, SinceStart(), "exit", host); });
+  log_->Close([&] {
+    const int64_t now = SinceStart();
+    const std::string tally = log_cut_ ? tally_.Record(now, log_cut_ns_) + "\n" : "";
+    return tally + stats_.SummaryJson(counters, now, "exit", host);
+  });
   // No file: the writer said why on stderr when it could not create it.
   std::string log_note;
   const std::string failure = log_->failure();

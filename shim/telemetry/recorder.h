@@ -25,6 +25,7 @@
 #include "log.h"
 #include "pool.h"
 #include "stats.h"
+#include "tally.h"
 #include "sys.h"
 
 namespace lazypin {
@@ -77,6 +78,16 @@ class Recorder final : public PoolObserver, public HostAllocObserver, public Aut
   std::unique_ptr<Log> log_;
   std::unique_ptr<CallSites> sites_;  // with LAZYPIN_STACKS on
   Stats stats_;                       // written by the log's writer thread
+  // The log's bound (LAZYPIN_LOG_MAX): the writer thread's (then the exiting
+  // thread's, once the writer has ended), as stats_.
+  uint64_t log_bytes_ = 0;
+  bool log_cut_ = false;
+  int64_t log_cut_ns_ = 0, last_tally_ns_ = 0, tally_interval_ns_ = kTallyFirstNs;
+  Tally tally_;
+  // Past the bound: makes `line` the cut's record (once) or a tally record
+  // (tally.h: after 10 s, then at doubling intervals up to 10 min). True: past
+  // it (the caller counts the call in the tally).
+  bool PastLogBound(int64_t t_ns, std::string* line);
 };
 
 }  // namespace lazypin

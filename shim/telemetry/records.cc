@@ -57,6 +57,7 @@ ShortRecord CallRecordLine(int64_t t_ns, int tid, const CallRecord& r, int stack
     fmt::format_to(std::back_inserter(text), FMT_COMPILE(R"(,"reason":"{}")"), PassReasonName(r.reason));
   }
   if (stack > 0) fmt::format_to(std::back_inserter(text), FMT_COMPILE(R"(,"stack":{})"), stack);
+  if (r.device >= 0) fmt::format_to(std::back_inserter(text), FMT_COMPILE(R"(,"device":{})"), r.device);
   text.push_back('}');
   return Copied(text);
 }

@@ -67,32 +67,54 @@ const char* SizeClassName(int size_class) {
   return kNames[size_class];
 }
 
-void Stats::RecordCall(Api api, size_t bytes, int result, int64_t latency_ns, Action action) {
+CallFacts Stats::RecordCall(Api api, size_t bytes, int result, int64_t latency_ns, Action action,
+                            int tid, int64_t t_ns, int evicted) {
   std::lock_guard<std::mutex> lock(mu_);
+  CallFacts facts;
   by_api_[static_cast<int>(api)].Add(bytes, result, latency_ns);
-  if (IsHostAllocApi(api)) return;  // the host-allocation cache counts its own (HostAllocCounters)
+  if (IsHostAllocApi(api)) return facts;  // the host-allocation cache counts its own (HostAllocCounters)
+  if (evicted > 0) facts.in_call_evictions_ns = InCallEvictionsNs(tid, t_ns, latency_ns, evicted);
+  const bool pooled = action == Action::kHit || action == Action::kDeferred;
+  const int64_t net = pooled ? latency_ns - facts.in_call_evictions_ns : latency_ns;
   if (IsRegister(api)) {
     const int c = SizeClass(bytes);
     by_size_[c].Add(bytes, result, latency_ns);
-    if (action == Action::kHit) hits_by_size_[c] += 1;
+    if (action == Action::kHit) hit_[c].Add(static_cast<double>(net));
     if (result == 0 && (action == Action::kMiss || action == Action::kForward)) {
-      real_register_by_size_[c].calls += 1;
-      real_register_by_size_[c].ns += latency_ns;
+      facts.warm = real_register_seen_ && evicted == 0;
+      if (facts.warm) warm_register_[c].Add(static_cast<double>(latency_ns));
+      real_register_seen_ = true;
     }
   } else {
-    if (action == Action::kDeferred) deferred_ += 1;
+    if (action == Action::kDeferred) deferred_.Add(static_cast<double>(net));
     if (result == 0 && (action == Action::kForward || action == Action::kPassthrough)) {
-      real_unregister_.calls += 1;
-      real_unregister_.ns += latency_ns;
+      real_unregister_.Add(static_cast<double>(latency_ns));
     }
   }
+  return facts;
 }
 
-void Stats::RecordEvict(int64_t latency_ns) {
+void Stats::RecordEvict(int64_t latency_ns, int result, int tid, int64_t t_ns) {
   std::lock_guard<std::mutex> lock(mu_);
-  evict_total_ns_ += latency_ns;
-  real_unregister_.calls += 1;
-  real_unregister_.ns += latency_ns;
+  evictions_ += 1;
+  evictions_ns_ += latency_ns;
+  if (result == 0) good_evictions_.Add(static_cast<double>(latency_ns));
+  auto& recent = recent_evictions_[tid];
+  if (recent.size() == kRecentEvictions) recent.erase(recent.begin());
+  recent.emplace_back(t_ns, latency_ns);
+}
+
+int64_t Stats::InCallEvictionsNs(int tid, int64_t t_ns, int64_t latency_ns, int evicted) {
+  auto it = recent_evictions_.find(tid);
+  if (it == recent_evictions_.end()) return 0;
+  int64_t ns = 0;
+  int taken = 0;
+  for (auto e = it->second.rbegin(); e != it->second.rend() && taken < evicted; ++e) {
+    if (e->first < t_ns - latency_ns || e->first > t_ns) continue;
+    ns += e->second;
+    taken += 1;
+  }
+  return ns;
 }
 
 void Stats::RecordAutoPinFailure() {
@@ -100,17 +122,107 @@ void Stats::RecordAutoPinFailure() {
   autopin_failed_ += 1;
 }
 
-// What the pool saved: each hit avoided a register of its size class (at the
-// mean measured cost of real ones), each deferral avoided an unregister (at
-// the mean measured cost); the evictions lazypin made are paid back.
-int64_t Stats::SavedEstimateNs() const {
-  double saved = 0;
-  for (int c = 0; c < kSizeClasses; ++c) {
-    saved += hits_by_size_[c] * real_register_by_size_[c].Mean();
+double Stats::Moments::VarianceOfMean() const {
+  if (n < 2) return 0.0;
+  const double var = (sumsq - sum * sum / n) / (n - 1);
+  return var > 0 ? var / n : 0.0;
+}
+
+namespace {
+
+// Without libm (the shim links libc alone): the report rounds and takes the
+// root alike (round half away from zero; a root exact to an ulp).
+int64_t RoundNs(double v) {
+  return v >= 0 ? static_cast<int64_t>(v + 0.5) : -static_cast<int64_t>(-v + 0.5);
+}
+
+double Sqrt(double x) {
+  if (!(x > 0)) return 0;
+  double r = x > 1 ? x : 1;  // Newton's iteration from above decreases to the root
+  for (int i = 0; i < 200; ++i) {
+    const double next = 0.5 * (r + x / r);
+    if (next >= r) break;
+    r = next;
   }
-  saved += deferred_ * real_unregister_.Mean();
-  saved -= static_cast<double>(evict_total_ns_);
-  return static_cast<int64_t>(saved);
+  return r;
+}
+
+}  // namespace
+
+Saving Stats::SavingEstimate() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return SavingLocked();
+}
+
+Saving Stats::SavingLocked() const {
+  Saving out;
+  double saved = 0, variance = 0;
+  for (int c = 0; c < kSizeClasses; ++c) {
+    const Moments& h = hit_[c];
+    out.hits += h.n;
+    if (h.n == 0 || warm_register_[c].n < kMinPriceCalls) continue;
+    const Moments& p = warm_register_[c];
+    out.hits_priced += h.n;
+    out.price_calls += p.n;
+    saved += h.n * p.Mean() - h.sum;
+    variance += double(h.n) * double(h.n) * p.VarianceOfMean();
+  }
+  out.deferred = deferred_.n;
+  const Moments& u = real_unregister_.n >= kMinPriceCalls ? real_unregister_ : good_evictions_;
+  if (deferred_.n != 0 && u.n >= kMinPriceCalls) {
+    out.deferred_priced = deferred_.n;
+    out.price_calls += u.n;
+    saved += deferred_.n * u.Mean() - deferred_.sum;
+    variance += double(deferred_.n) * double(deferred_.n) * u.VarianceOfMean();
+  }
+  out.evictions = evictions_;
+  out.evictions_ns = evictions_ns_;
+  saved -= static_cast<double>(evictions_ns_);
+  out.saved_ns = RoundNs(saved);
+  out.spread_ns = RoundNs(2 * Sqrt(variance));
+  return out;
+}
+
+namespace {
+
+std::string FormatNum(double v) {
+  if (v >= 100) return fmt::format("{:.0f}", v);
+  if (v >= 10) return fmt::format("{:.1f}", v);
+  return fmt::format("{:.2f}", v);
+}
+
+}  // namespace
+
+std::string FormatNs(int64_t ns) {
+  const uint64_t a = ns < 0 ? 0 - static_cast<uint64_t>(ns) : static_cast<uint64_t>(ns);
+  std::string s;
+  if (a < 1000) {
+    s = fmt::format("{} ns", a);
+  } else if (a < 1000'000) {
+    s = FormatNum(a / 1e3) + " us";
+  } else if (a < 1000'000'000) {
+    s = FormatNum(a / 1e6) + " ms";
+  } else {
+    s = FormatNum(a / 1e9) + " s";
+  }
+  return ns < 0 ? "-" + s : s;
+}
+
+std::string SavingText(const Saving& s) {
+  if (!s.Estimable()) {
+    return fmt::format(
+        "saving not estimable (fewer than {} real calls of a kind in this process to price the "
+        "hits and deferrals): measure it with --compare against a bare run",
+        kMinPriceCalls);
+  }
+  std::string out = s.saved_ns >= 0 ? "saved " + FormatNs(s.saved_ns)
+                                    : "cost " + FormatNs(-s.saved_ns) + " more than it saved";
+  if (s.spread_ns > 0) out += " +/- " + FormatNs(s.spread_ns);
+  out += fmt::format(" (estimated from {} real call{} of this run", s.price_calls,
+                     s.price_calls == 1 ? "" : "s");
+  const uint64_t unpriced = (s.hits - s.hits_priced) + (s.deferred - s.deferred_priced);
+  if (unpriced != 0) out += fmt::format("; {} hits/deferrals unpriced, counted as 0", unpriced);
+  return out + ")";
 }
 
 namespace {
@@ -120,13 +232,6 @@ std::string CallStatsJson(const CallStats& s) {
       R"({{"calls":{},"errors":{},"bytes":{},"total_ns":{},"p50_ns":{},"p90_ns":{},"p99_ns":{},"max_ns":{}}})",
       s.calls, s.errors, s.bytes, s.total_ns, s.latency.Percentile(0.5),
       s.latency.Percentile(0.9), s.latency.Percentile(0.99), s.latency.max());
-}
-
-std::string Human(int64_t ns) {
-  if (ns < 10'000) return fmt::format("{} ns", ns);
-  if (ns < 10'000'000) return fmt::format("{:.1f} us", ns / 1e3);
-  if (ns < 10'000'000'000) return fmt::format("{:.1f} ms", ns / 1e6);
-  return fmt::format("{:.1f} s", ns / 1e9);
 }
 
 }  // namespace
@@ -149,6 +254,7 @@ static std::string HostAllocJson(const HostAllocCounters& h) {
 std::string Stats::SummaryJson(const PoolCounters& pool, int64_t t_ns, const char* ended_by,
                                const HostAllocCounters* host) const {
   std::lock_guard<std::mutex> lock(mu_);
+  const Saving saving = SavingLocked();
   std::string apis, sizes, evictions;
   for (int a = 0; a < static_cast<int>(Api::kCount); ++a) {
     if (by_api_[a].calls == 0) continue;
@@ -169,12 +275,16 @@ std::string Stats::SummaryJson(const PoolCounters& pool, int64_t t_ns, const cha
       R"({{"type":"summary","t_ns":{},"ended_by":"{}","apis":{{{}}},"size_classes":{{{}}},)"
       R"("pool":{{"hits":{},"misses":{},"deferred":{},"passed":{},"evictions":{{{}}},"forced_releases":{},)"
       R"("parked":{},"served":{},"peak_bytes":{},"peak_entries":{},"pooled_bytes":{},"pooled_entries":{},"saved_ns_est":{},)"
+      R"("saving":{{"saved_ns":{},"spread_ns":{},"hits":{},"hits_priced":{},"deferred":{},)"
+      R"("deferred_priced":{},"evictions":{},"evictions_ns":{},"price_calls":{}}},)"
       R"("autopin":{{"pins":{},"bytes":{},"register_ns":{},"failed":{},"copies":{},"copy_bytes":{},)"
       R"("hits":{},"full":{},"queried":{},"held_bytes":{}}}}}{}}})",
       t_ns, ended_by, apis, sizes, pool.hits, pool.misses, pool.deferred, pool.passed, evictions,
       pool.forced_releases, pool.parked, pool.served,
       pool.peak_bytes, pool.peak_entries, pool.pooled_bytes, pool.pooled_entries,
-      SavedEstimateNs(), pool.autopins, pool.autopin_bytes, pool.autopin_register_ns,
+      saving.saved_ns, saving.saved_ns, saving.spread_ns, saving.hits, saving.hits_priced,
+      saving.deferred, saving.deferred_priced, saving.evictions, saving.evictions_ns,
+      saving.price_calls, pool.autopins, pool.autopin_bytes, pool.autopin_register_ns,
       autopin_failed_, pool.autopin_copies, pool.autopin_copy_bytes, pool.autopin_hits,
       pool.autopin_full, pool.autopin_queried, pool.autopinned_bytes,
       host != nullptr ? ",\"host_alloc\":" + HostAllocJson(*host) : "");
@@ -189,8 +299,8 @@ std::string Stats::SummaryText(const PoolCounters& pool, bool defer,
     const CallStats& s = by_api_[a];
     if (s.calls == 0) continue;
     out += fmt::format("lazypin: {:<22} {:>8} {:>6} {:>10} {:>10} {:>10}\n",
-                       ApiName(static_cast<Api>(a)), s.calls, s.errors, Human(s.total_ns),
-                       Human(s.latency.Percentile(0.5)), Human(s.latency.Percentile(0.99)));
+                       ApiName(static_cast<Api>(a)), s.calls, s.errors, FormatNs(s.total_ns),
+                       FormatNs(s.latency.Percentile(0.5)), FormatNs(s.latency.Percentile(0.99)));
   }
   if (defer) {
     uint64_t evicted = 0;
@@ -198,14 +308,14 @@ std::string Stats::SummaryText(const PoolCounters& pool, bool defer,
     const uint64_t registers = pool.hits + pool.misses;
     out += fmt::format(
         "lazypin: pool: {} hits / {} registers ({:.0f}%), {} deferred, {} passed through, {} "
-        "evicted, peak {} entries / {} bytes, saved ~{}\n",
+        "evicted, peak {} entries / {} bytes, {}\n",
         pool.hits, registers, registers ? 100.0 * pool.hits / registers : 0.0, pool.deferred,
-        pool.passed, evicted, pool.peak_entries, pool.peak_bytes, Human(SavedEstimateNs()));
+        pool.passed, evicted, pool.peak_entries, pool.peak_bytes, SavingText(SavingLocked()));
     if (pool.autopins + autopin_failed_ != 0) {
       out += fmt::format(
           "lazypin: autopin: {} ranges pinned ({} bytes, registers {}), {} later copies at the "
           "pinned rate ({} bytes), {} program registers served, {} refused, {} over the bound\n",
-          pool.autopins, pool.autopin_bytes, Human(pool.autopin_register_ns), pool.autopin_copies,
+          pool.autopins, pool.autopin_bytes, FormatNs(pool.autopin_register_ns), pool.autopin_copies,
           pool.autopin_copy_bytes, pool.autopin_hits, autopin_failed_, pool.autopin_full);
     }
   }
@@ -217,7 +327,7 @@ std::string Stats::SummaryText(const PoolCounters& pool, bool defer,
         "lazypin: host allocs: {} hits / {} allocations ({:.0f}%), {} frees kept, {} released, "
         "peak {} blocks / {} bytes, zeroing {}\n",
         host->hits, allocs, allocs ? 100.0 * host->hits / allocs : 0.0, host->kept, released,
-        host->peak_entries, host->peak_bytes, Human(host->zero_ns));
+        host->peak_entries, host->peak_bytes, FormatNs(host->zero_ns));
   }
   return out;
 }

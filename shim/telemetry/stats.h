@@ -8,6 +8,9 @@
 #include <string>
 
 #include <mutex>
+#include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "types.h"
@@ -25,11 +28,12 @@ class LatencyHistogram {
   int64_t Percentile(double q) const;  // q in [0, 1]
   uint64_t count() const { return count_; }
   int64_t max() const { return max_; }
+  // The bucket of `v` (the report's hist_index reads the same buckets).
+  static int Index(uint64_t v);
 
  private:
   static constexpr int kSubBits = 5;
   static constexpr int kBuckets = (64 - kSubBits + 1) << kSubBits;
-  static int Index(uint64_t v);
   static uint64_t Midpoint(int index);
   std::array<uint32_t, kBuckets> buckets_ = {};
   uint64_t count_ = 0;
@@ -48,12 +52,54 @@ constexpr int kSizeClasses = 12;
 int SizeClass(size_t bytes);
 const char* SizeClassName(int size_class);
 
+// What the pool saved in one process: the one definition, shared with the
+// report (scripts/lazypin_report.py, saving_of; the report's tests hold the
+// two to each other on the same logs). Estimated from this process's own
+// calls, in the order the log holds them:
+//   price of a hit: the mean warm real register of its size class (a
+//     successful miss or forward that evicted nothing, the process's first
+//     real register left out: it may pay for CUDA's start-up);
+//   price of a deferred unregister: the mean successful real unregister
+//     call, else (none forwarded) the mean successful eviction;
+//   saved = sum over priced hits and deferrals of (price - the call's own
+//     time, less any eviction made inside it) - every eviction's time.
+// A price rests on at least kMinPriceCalls real calls: a hit or deferral
+// without as many of its kind to price it counts 0 and is counted as
+// unpriced (one cold call made estimates many times the run's length). spread_ns: two standard errors of the prices
+// (about a 95% interval on the estimate); 0 where a price rests on one call.
+inline constexpr uint64_t kMinPriceCalls = 3;
+struct Saving {
+  int64_t saved_ns = 0;
+  int64_t spread_ns = 0;
+  uint64_t hits = 0, hits_priced = 0;
+  uint64_t deferred = 0, deferred_priced = 0;
+  uint64_t evictions = 0;
+  int64_t evictions_ns = 0;
+  uint64_t price_calls = 0;  // the real calls the prices rest on
+  bool Estimable() const { return hits_priced + deferred_priced > 0 || (hits + deferred == 0 && evictions > 0); }
+};
+// "saved 1.20 ms +/- 40.0 us (estimated ...)": the line the exit summary and
+// the report print alike.
+std::string SavingText(const Saving& saving);
+// The report's time format (850 ns, 43.2 us, 171 us, 1.90 ms, 2.31 s).
+std::string FormatNs(int64_t ns);
+
+// What Stats::RecordCall found about one call, for the tally (tally.h).
+struct CallFacts {
+  bool warm = false;               // a warm real register (one that prices hits)
+  int64_t in_call_evictions_ns = 0;  // the evictions made inside it
+};
+
 class Stats {
  public:
   // One program call; `action` says whether the driver really did the work
   // (then its latency measures the driver, for the time-saved estimate).
-  void RecordCall(Api api, size_t bytes, int result, int64_t latency_ns, Action action);
-  void RecordEvict(int64_t latency_ns);
+  // `tid`, `t_ns` (its end) and `evicted` place the evictions made inside it.
+  CallFacts RecordCall(Api api, size_t bytes, int result, int64_t latency_ns, Action action,
+                       int tid = 0, int64_t t_ns = 0, int evicted = 0);
+  // One eviction (lazypin's real unregister), ended at `t_ns` on thread `tid`.
+  void RecordEvict(int64_t latency_ns, int result = 0, int tid = 0, int64_t t_ns = 0);
+  Saving SavingEstimate() const;
   // An auto-pin's register that the driver refused (the pool counts the rest).
   void RecordAutoPinFailure();
 
@@ -66,23 +112,36 @@ class Stats {
                           const HostAllocCounters* host = nullptr) const;
 
  private:
-  int64_t SavedEstimateNs() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Saving SavingLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The evictions a call of `tid` that ended at `t_ns` after `latency_ns`
+  // made inside it (the last `evicted` of that thread's recent ones).
+  int64_t InCallEvictionsNs(int tid, int64_t t_ns, int64_t latency_ns, int evicted)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable std::mutex mu_;
   std::array<CallStats, static_cast<int>(Api::kCount)> by_api_ ABSL_GUARDED_BY(mu_);
   std::array<CallStats, kSizeClasses> by_size_ ABSL_GUARDED_BY(mu_);
-  // Real driver work (counts and totals, no histogram: only means are
-  // needed), for the estimate of what the pool saved.
-  struct Total {
-    uint64_t calls = 0;
-    int64_t ns = 0;
-    double Mean() const { return calls ? double(ns) / calls : 0.0; }
+  // Count, sum and sum of squares of latencies (Saving's prices).
+  struct Moments {
+    uint64_t n = 0;
+    double sum = 0, sumsq = 0;
+    void Add(double ns) { n += 1; sum += ns; sumsq += ns * ns; }
+    double Mean() const { return n ? sum / n : 0.0; }
+    // The variance of the mean: sample variance / n (0 below two samples).
+    double VarianceOfMean() const;
   };
-  std::array<Total, kSizeClasses> real_register_by_size_ ABSL_GUARDED_BY(mu_);
-  std::array<uint64_t, kSizeClasses> hits_by_size_ ABSL_GUARDED_BY(mu_) = {};
-  Total real_unregister_ ABSL_GUARDED_BY(mu_);
-  uint64_t deferred_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t evict_total_ns_ ABSL_GUARDED_BY(mu_) = 0;
+  std::array<Moments, kSizeClasses> warm_register_ ABSL_GUARDED_BY(mu_);
+  std::array<Moments, kSizeClasses> hit_ ABSL_GUARDED_BY(mu_);  // net of in-call evictions
+  Moments real_unregister_ ABSL_GUARDED_BY(mu_);
+  Moments good_evictions_ ABSL_GUARDED_BY(mu_);
+  Moments deferred_ ABSL_GUARDED_BY(mu_);  // net of in-call evictions
+  uint64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t evictions_ns_ ABSL_GUARDED_BY(mu_) = 0;
+  bool real_register_seen_ ABSL_GUARDED_BY(mu_) = false;
+  // Per thread, its last kRecentEvictions evictions (end time, latency).
+  static constexpr size_t kRecentEvictions = 16;
+  std::unordered_map<int, std::vector<std::pair<int64_t, int64_t>>> recent_evictions_
+      ABSL_GUARDED_BY(mu_);
   uint64_t autopin_failed_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -40,7 +40,7 @@ const Context kCtx = reinterpret_cast<Context>(0x11);
 
 TEST(PoolRace, UnregisterInsideTheRegisterWindow) {
   ModelDriver driver;
-  Pool pool(&driver, nullptr, PoolLimits{});
+  Pool pool(&driver, nullptr, DefaultPoolLimits());
   auto unreg = [&] {
     return pool.Unregister(kP, [&] { return driver.model.Unregister(kP); }).result;
   };

@@ -358,7 +358,9 @@ class PreloadTest(AppTestCase):
                    "dlsym", "free", "cfree", "realloc", "reallocarray", "malloc", "calloc",
                    "posix_memalign", "aligned_alloc", "memalign", "valloc", "pvalloc", "mmap", "mmap64",
                    "munmap", "mremap", "madvise", "brk", "sbrk", "shmdt", "shmat",
-                   "mprotect", "pkey_mprotect",
+                   "mprotect", "pkey_mprotect", "mallopt",
+                   # calls that free a kept host block first; the program's userfaultfd
+                   "mincore", "mlock", "mlock2", "munlock", "msync", "ioctl",
                    "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyAsync",
                    "cuMemcpy2DAsync_v2", "cuMemcpy3DAsync_v2", "cuMemcpyHtoDAsync_v2_ptsz",
                    "cuMemcpyDtoHAsync_v2_ptsz", "cuMemcpyAsync_ptsz", "cuMemcpy2DAsync_v2_ptsz",

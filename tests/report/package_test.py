@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """package_test BUILD_DIR FIXTURE: builds the .deb with cpack, extracts it
 with dpkg -x into a clean directory and runs the extracted tools from there:
-`lazypin --print-lib` must name the extracted library, `lazypin report` must
+`lazypin --print-lib` must name the extracted library, `lazypin run` must
+take its flags from the extracted lazypin-options, `lazypin report` must
 report FIXTURE, and the man page and docs must be in the package.
 Exit 77 (skipped) without dpkg-deb. Standard library only."""
 
@@ -24,7 +25,7 @@ def main(build, fixture):
     if not shutil.which("dpkg-deb"):
         print("no dpkg-deb: skipped")
         return 77
-    run(["cmake", "--build", build, "--target", "lazypin", "lazypin_man"])
+    run(["cmake", "--build", build, "--target", "lazypin", "lazypin_options", "lazypin_man"])
     with tempfile.TemporaryDirectory(prefix="lazypin-deb-") as d:
         run(["cpack", "-G", "DEB", "--config", os.path.join(build, "CPackConfig.cmake"), "-B", d])
         debs = glob.glob(os.path.join(d, "*.deb"))
@@ -41,6 +42,13 @@ def main(build, fixture):
         lib = run([sys.executable, lazypin, "--print-lib"], env=env).stdout.strip()
         if not (lib.startswith(root + os.sep) and lib.endswith("liblazypin.so") and os.path.isfile(lib)):
             sys.exit("--print-lib printed %r, not the extracted library under %s" % (lib, root))
+        tool = os.path.join(root, "usr", "libexec", "lazypin", "lazypin-options")
+        if not os.access(tool, os.X_OK):
+            sys.exit("not in the package: " + tool)
+        out = run([sys.executable, lazypin, "run", "--dry-run", "--log", d, "--watch", "kernel", "x"],
+                  env=env, cwd=d).stdout
+        if "LAZYPIN_WATCH=kernel" not in out or "LAZYPIN_LOG=%s/lazypin-%%e-%%h-%%p.jsonl" % d not in out:
+            sys.exit("the extracted runner printed:\n" + out)
         out = run([sys.executable, lazypin, "report", fixture], env=env).stdout
         if "pool: 18 hits / 20 registers" not in out:
             sys.exit("the extracted report printed:\n" + out)
@@ -50,7 +58,8 @@ def main(build, fixture):
             if not os.path.isfile(f):
                 sys.exit("not in the package: " + f)
         with open(man) as f:
-            if "lazypin run" not in f.read():
+            text = f.read()
+            if "lazypin run" not in text or "\\-\\-watch" not in text and "--watch" not in text:
                 sys.exit("the man page lacks the run help")
         print("ok: %s (%d bytes); --print-lib %s" % (os.path.basename(debs[0]),
                                                      os.path.getsize(debs[0]), lib))

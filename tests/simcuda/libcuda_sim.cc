@@ -1,6 +1,6 @@
 // libcuda_sim.cc: a simulated CUDA driver (SONAME libcuda.so.1) for CPU tests.
 //
-// One simulated device (ordinal 0) whose "device memory" is host memory.
+// SIMCUDA_DEVICES simulated devices (default 1), whose "device memory" is host memory.
 // Error codes, the cuGetProcAddress name/version mapping and the host
 // registration semantics follow what was measured on an H200 (driver 580,
 // CUDA 13). See README.md for the model, the env switches and the
@@ -67,6 +67,8 @@ struct CUctx_st {
   uint64_t magic;
   bool primary;
   bool alive;  // guarded by G::mu
+  int dev = 0;  // the device the context belongs to
+  std::set<CUctx_st*> peers;  // contexts whose memory this one may access (guarded by G::mu)
 };
 // Work recorded by a stream capture, replayed by cuGraphLaunch on a stream.
 using GraphNode = std::function<void(CUstream)>;
@@ -105,6 +107,7 @@ constexpr uint64_t kCtxMagic = 0x51AC7C7C7C7C7C01ull;
 constexpr uint64_t kStreamMagic = 0x51AC57EA357EA302ull;
 constexpr uint64_t kEventMagic = 0x51ACE7E7E7E7E703ull;
 constexpr unsigned kValidRegisterFlags = 0xF;  // PORTABLE|DEVICEMAP|IOMEMORY|READ_ONLY
+constexpr int kMaxDevices = 16;                 // SIMCUDA_DEVICES accepts 1..kMaxDevices
 
 struct Registration {
   size_t bytes = 0;
@@ -130,20 +133,24 @@ struct G {
   std::atomic<bool> initialized{false};
   pid_t init_pid = 0;
 
-  CUctx_st primary{kCtxMagic, true, false};
-  int primary_refcount = 0;
-  unsigned primary_flags = 0;
+  int devices = 1;  // SIMCUDA_DEVICES, read once at the first use of the environment
+  CUctx_st primary[kMaxDevices];  // one primary context per device; handles never change
+  int primary_refcount[kMaxDevices] = {};
+  unsigned primary_flags[kMaxDevices] = {};
   std::set<CUctx_st*> ctxs;        // every context handle ever handed out (dead ones stay)
   std::set<CUstream_st*> streams;  // every stream ever created
   std::set<CUevent_st*> events;
   std::map<uintptr_t, Registration> regs;  // base -> registration; ranges never overlap
   std::map<uintptr_t, DevAlloc> dev;       // device allocations
 
-  // Device timeline (steady_clock ns).
-  std::atomic<int64_t> busy_until{0};      // end of all enqueued work
-  std::atomic<int64_t> barrier_until{0};   // unregister "world stop"
-  std::atomic<int64_t> legacy_busy{0};     // legacy default stream
-  std::atomic<int64_t> blocking_busy{0};   // max over blocking streams
+  // Device timelines (steady_clock ns), one per device.
+  struct Timeline {
+    std::atomic<int64_t> busy_until{0};      // end of all enqueued work
+    std::atomic<int64_t> legacy_busy{0};     // legacy default stream
+    std::atomic<int64_t> blocking_busy{0};   // max over blocking streams
+  };
+  Timeline dev_time[kMaxDevices];
+  std::atomic<int64_t> barrier_until{0};   // unregister "world stop" (every device)
 
   // Env-controlled configuration.
   std::atomic<bool> sleep_on{true};
@@ -174,8 +181,19 @@ struct G {
   std::atomic<unsigned long> unregister_calls{0};
 };
 
+G* make_g() {
+  G* p = new G;
+  for (int d = 0; d < kMaxDevices; ++d) {
+    p->primary[d].magic = kCtxMagic;
+    p->primary[d].primary = true;
+    p->primary[d].alive = false;
+    p->primary[d].dev = d;
+  }
+  return p;
+}
+
 G& g() {
-  static G* p = new G;  // leaked on purpose: usable from atexit handlers
+  static G* p = make_g();  // leaked on purpose: usable from atexit handlers
   return *p;
 }
 
@@ -215,6 +233,19 @@ void load_env() {
     std::lock_guard<std::mutex> l(s.mu);
     s.pin_state = 0;
   }
+  static std::once_flag devices_once;  // the device count never changes in a process
+  std::call_once(devices_once, [&s] {
+    const char* v = getenv("SIMCUDA_DEVICES");
+    if (v == nullptr || *v == 0) return;
+    char* end = nullptr;
+    long n = strtol(v, &end, 10);
+    if (*end != 0 || n < 1 || n > kMaxDevices) {
+      std::fprintf(stderr, "simcuda: SIMCUDA_DEVICES=%s: accepts a whole number from 1 to %d; using 1\n",
+                   v, kMaxDevices);
+      return;
+    }
+    s.devices = static_cast<int>(n);
+  });
 }
 
 std::once_flag g_env_once;
@@ -251,33 +282,54 @@ bool is_legacy(CUstream s) {
   return s == nullptr || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD;
 }
 
-// Enqueue `dur` ns of work on stream s; returns its completion time.
+// The device whose queue `s` is: a stream's context's; the legacy stream's
+// is the calling thread's current context's (device 0 without one).
+int stream_dev(CUstream s) {
+  if (!is_legacy(s)) return s->ctx->dev;
+  return (tls_stack.n > 0 && tls_stack.back() != nullptr) ? tls_stack.back()->dev : 0;
+}
+
+// Enqueue `dur` ns of work on stream s; returns its completion time. Each
+// device has its own timeline; the legacy stream is ordered with the
+// blocking streams of its device.
 int64_t enqueue(CUstream s, int64_t dur) {
   G& st = g();
+  G::Timeline& tl = st.dev_time[stream_dev(s)];
   int64_t start = std::max(now_ns(), st.barrier_until.load());
   bool blocking = true;
   if (is_legacy(s)) {
-    start = std::max({start, st.legacy_busy.load(), st.blocking_busy.load()});
+    start = std::max({start, tl.legacy_busy.load(), tl.blocking_busy.load()});
   } else {
     blocking = (s->flags & CU_STREAM_NON_BLOCKING) == 0;
     start = std::max(start, s->busy_until.load());
-    if (blocking) start = std::max(start, st.legacy_busy.load());
+    if (blocking) start = std::max(start, tl.legacy_busy.load());
   }
   int64_t end = start + dur;
   if (is_legacy(s)) {
-    atomic_max(st.legacy_busy, end);
+    atomic_max(tl.legacy_busy, end);
   } else {
     atomic_max(s->busy_until, end);
-    if (blocking) atomic_max(st.blocking_busy, end);
+    if (blocking) atomic_max(tl.blocking_busy, end);
   }
-  atomic_max(st.busy_until, end);
+  atomic_max(tl.busy_until, end);
   return end;
 }
 
 int64_t stream_done_at(CUstream s) {
-  G& st = g();
-  if (is_legacy(s)) return std::max(st.legacy_busy.load(), st.blocking_busy.load());
+  if (is_legacy(s)) {
+    const G::Timeline& tl = g().dev_time[stream_dev(s)];
+    return std::max(tl.legacy_busy.load(), tl.blocking_busy.load());
+  }
   return s->busy_until.load();
+}
+
+// The end of all work enqueued on device `dev`, or on every device (-1).
+int64_t busy_until(int dev) {
+  G& s = g();
+  if (dev >= 0) return s.dev_time[dev].busy_until.load();
+  int64_t t = 0;
+  for (int d = 0; d < kMaxDevices; ++d) t = std::max(t, s.dev_time[d].busy_until.load());
+  return t;
 }
 
 // Copy time model (microseconds): pinned ~50 GB/s, pageable ~10 GB/s.
@@ -384,10 +436,10 @@ void wait_device_until(int64_t t) {
   wait_ops_through(t);
 }
 
-// Waits for all work in flight on the device (every stream, every context).
-void wait_device_idle() {
-  G& s = g();
-  wait_device_until(std::max(s.busy_until.load(), s.barrier_until.load()));
+// Waits for all work in flight on device `dev` (every stream, every context
+// of it), or on every device (-1).
+void wait_device_idle(int dev) {
+  wait_device_until(std::max(busy_until(dev), g().barrier_until.load()));
 }
 
 // ------------------------------------------------------------- pagemap ----
@@ -705,7 +757,8 @@ void atfork_child() {
 
 // ------------------------------------------------------ context helpers ----
 bool valid_ctx_locked(CUcontext c) {
-  return c != nullptr && (c == &g().primary || g().ctxs.count(c) != 0);
+  G& s = g();
+  return c != nullptr && ((c >= &s.primary[0] && c < &s.primary[s.devices]) || s.ctxs.count(c) != 0);
 }
 
 // Current context check: 3 if not initialized, 201 if none, 709 if destroyed.
@@ -724,6 +777,8 @@ CUresult need_ctx(CUcontext* out = nullptr) {
 CUresult need_init() {
   return g().initialized.load() ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
 }
+
+bool valid_dev(CUdevice dev) { return dev >= 0 && dev < g().devices; }
 
 // Drop everything a context owns. Caller holds mu.
 void destroy_ctx_locked(CUcontext c) {
@@ -883,6 +938,7 @@ CUresult copy_engine(std::vector<Seg> segs, CUstream stream, bool async, Mem dst
   {
     std::lock_guard<std::mutex> l(g().mu);
     if (!valid_stream_locked(stream)) return CUDA_ERROR_INVALID_HANDLE;
+    const int copy_dev = stream_dev(stream);
     for (const Seg& x : segs) {
       if (x.n == 0) continue;
       bool dd = in_dev_locked(x.dst, x.n), sd = in_dev_locked(x.src, x.n);
@@ -892,9 +948,13 @@ CUresult copy_engine(std::vector<Seg> segs, CUstream stream, bool async, Mem dst
       if (src_mem == Mem::kHost) sd = false;
       dst_dev &= dd;
       src_dev &= sd;
+      // Pinned for this copy: inside one registration that the copying
+      // device may use (PORTABLE: every device; else its own context's).
       auto inside = [&](uintptr_t h) {
         auto it = find_reg_locked(h);
-        return it != g().regs.end() && h + x.n <= it->first + it->second.bytes;
+        return it != g().regs.end() && h + x.n <= it->first + it->second.bytes &&
+               ((it->second.flags & CU_MEMHOSTREGISTER_PORTABLE) != 0 ||
+                it->second.ctx->dev == copy_dev);
       };
       if (!dd) {
         dst_pinned &= inside(x.dst);
@@ -1034,6 +1094,12 @@ const ErrName kErrors[] = {
     {CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED",
      "pointer does not correspond to a registered memory region"},
     {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+    {CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED",
+     "peer access is not supported between these two devices"},
+    {CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED",
+     "peer access is already enabled"},
+    {CUDA_ERROR_PEER_ACCESS_NOT_ENABLED, "CUDA_ERROR_PEER_ACCESS_NOT_ENABLED",
+     "peer access has not been enabled"},
     {CUDA_ERROR_ILLEGAL_STATE, "CUDA_ERROR_ILLEGAL_STATE", "the operation is not permitted when the stream is capturing"},
     {CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
      "operation not permitted when stream is capturing"},
@@ -1077,6 +1143,7 @@ SIMCUDA_EXPORT unsigned long simcuda_live_registrations(void);
 SIMCUDA_EXPORT unsigned long simcuda_register_calls(void);
 SIMCUDA_EXPORT unsigned long simcuda_unregister_calls(void);
 SIMCUDA_EXPORT int simcuda_device_busy(void);
+SIMCUDA_EXPORT int simcuda_device_count(void);
 
 #define API __attribute__((visibility("default")))
 
@@ -1103,22 +1170,22 @@ API CUresult CUDAAPI cuDriverGetVersion(int* v) {
 API CUresult CUDAAPI cuDeviceGet(CUdevice* dev, int ordinal) {
   if (CUresult rc = need_init()) return rc;
   if (!dev) return CUDA_ERROR_INVALID_VALUE;
-  if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
-  *dev = 0;
+  if (!valid_dev(ordinal)) return CUDA_ERROR_INVALID_DEVICE;
+  *dev = ordinal;
   return CUDA_SUCCESS;
 }
 
 API CUresult CUDAAPI cuDeviceGetCount(int* count) {
   if (CUresult rc = need_init()) return rc;
   if (!count) return CUDA_ERROR_INVALID_VALUE;
-  *count = 1;
+  *count = g().devices;
   return CUDA_SUCCESS;
 }
 
 API CUresult CUDAAPI cuDeviceGetName(char* name, int len, CUdevice dev) {
   if (CUresult rc = need_init()) return rc;
   if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
   std::snprintf(name, static_cast<size_t>(len), "%s", "simcuda H200");
   return CUDA_SUCCESS;
 }
@@ -1126,7 +1193,7 @@ API CUresult CUDAAPI cuDeviceGetName(char* name, int len, CUdevice dev) {
 API CUresult CUDAAPI cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
   if (CUresult rc = need_init()) return rc;
   if (!bytes) return CUDA_ERROR_INVALID_VALUE;
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
   *bytes = 150754820096ull;  // 140.4 GiB, like an H200
   return CUDA_SUCCESS;
 }
@@ -1134,7 +1201,7 @@ API CUresult CUDAAPI cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
 API CUresult CUDAAPI cuDeviceGetAttribute(int* pi, CUdevice_attribute a, CUdevice dev) {
   if (CUresult rc = need_init()) return rc;
   if (!pi) return CUDA_ERROR_INVALID_VALUE;
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
   int v = 0;
   switch (a) {
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: v = 1024; break;
@@ -1156,7 +1223,7 @@ API CUresult CUDAAPI cuDeviceGetAttribute(int* pi, CUdevice_attribute a, CUdevic
     case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: v = 1; break;
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: v = 1; break;
     case CU_DEVICE_ATTRIBUTE_ECC_ENABLED: v = 1; break;
-    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: v = 0x18; break;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: v = 0x18 + 0x10 * dev; break;
     case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: v = 2619000; break;
     case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: v = 6144; break;
     case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: v = 52428800; break;
@@ -1186,24 +1253,25 @@ API CUresult CUDAAPI cuDeviceGetAttribute(int* pi, CUdevice_attribute a, CUdevic
 API CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   if (CUresult rc = need_init()) return rc;
   if (!pctx) return CUDA_ERROR_INVALID_VALUE;
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
   std::lock_guard<std::mutex> l(g().mu);
-  g().primary.alive = true;
-  g().primary_refcount++;
-  *pctx = &g().primary;
+  g().primary[dev].alive = true;
+  g().primary_refcount[dev]++;
+  *pctx = &g().primary[dev];
   return CUDA_SUCCESS;
 }
 
 API CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   if (CUresult rc = need_init()) return rc;
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
-  std::unique_lock<std::mutex> l(g().mu);
-  if (g().primary_refcount <= 0) return CUDA_ERROR_INVALID_CONTEXT;
-  if (--g().primary_refcount == 0) {
+  if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  G& s = g();
+  std::unique_lock<std::mutex> l(s.mu);
+  if (s.primary_refcount[dev] <= 0) return CUDA_ERROR_INVALID_CONTEXT;
+  if (--s.primary_refcount[dev] == 0) {
     l.unlock();
-    wait_device_idle();  // the context's work completes before it goes
+    wait_device_idle(dev);  // the context's work completes before it goes
     l.lock();
-    if (g().primary_refcount == 0 && g().primary.alive) destroy_ctx_locked(&g().primary);
+    if (s.primary_refcount[dev] == 0 && s.primary[dev].alive) destroy_ctx_locked(&s.primary[dev]);
   }
   return CUDA_SUCCESS;
 }
@@ -1213,11 +1281,12 @@ API CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) {
 
 API CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   if (CUresult rc = need_init()) return rc;
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
-  wait_device_idle();  // a reset waits for outstanding work
-  std::lock_guard<std::mutex> l(g().mu);
-  if (g().primary.alive) destroy_ctx_locked(&g().primary);
-  g().primary_refcount = 0;
+  if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  wait_device_idle(dev);  // a reset waits for the device's outstanding work
+  G& s = g();
+  std::lock_guard<std::mutex> l(s.mu);
+  if (s.primary[dev].alive) destroy_ctx_locked(&s.primary[dev]);
+  s.primary_refcount[dev] = 0;
   return CUDA_SUCCESS;
 }
 API CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev) { return cuDevicePrimaryCtxReset_v2(dev); }
@@ -1225,10 +1294,10 @@ API CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev) { return cuDevicePrim
 API CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
   if (CUresult rc = need_init()) return rc;
   if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
   std::lock_guard<std::mutex> l(g().mu);
-  *flags = g().primary_flags;
-  *active = g().primary.alive ? 1 : 0;
+  *flags = g().primary_flags[dev];
+  *active = g().primary[dev].alive ? 1 : 0;
   return CUDA_SUCCESS;
 }
 
@@ -1236,8 +1305,8 @@ API CUresult CUDAAPI cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevic
   (void)flags;
   if (CUresult rc = need_init()) return rc;
   if (!pctx) return CUDA_ERROR_INVALID_VALUE;
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
-  CUctx_st* c = new CUctx_st{kCtxMagic, false, true};
+  if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  CUctx_st* c = new CUctx_st{kCtxMagic, false, true, dev, {}};
   {
     std::lock_guard<std::mutex> l(g().mu);
     g().ctxs.insert(c);
@@ -1260,7 +1329,11 @@ API CUresult CUDAAPI cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams*, unsigne
 
 API CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx) {
   if (CUresult rc = need_init()) return rc;
-  wait_device_idle();  // the context's work completes before it goes
+  {
+    std::lock_guard<std::mutex> l(g().mu);
+    if (!valid_ctx_locked(ctx) || ctx->primary || !ctx->alive) return CUDA_ERROR_INVALID_CONTEXT;
+  }
+  wait_device_idle(ctx->dev);  // the context's work completes before it goes
   {
     std::lock_guard<std::mutex> l(g().mu);
     if (!valid_ctx_locked(ctx) || ctx->primary || !ctx->alive) return CUDA_ERROR_INVALID_CONTEXT;
@@ -1317,16 +1390,20 @@ API CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext* pctx) {
 API CUresult CUDAAPI cuCtxPopCurrent(CUcontext* pctx) { return cuCtxPopCurrent_v2(pctx); }
 
 API CUresult CUDAAPI cuCtxGetDevice(CUdevice* dev) {
-  if (CUresult rc = need_ctx()) return rc;
+  CUcontext c = nullptr;
+  if (CUresult rc = need_ctx(&c)) return rc;
   if (!dev) return CUDA_ERROR_INVALID_VALUE;
-  *dev = 0;
+  *dev = c->dev;
   return CUDA_SUCCESS;
 }
 
+// Waits for the current context's device (the sim keeps one timeline per
+// device, shared by the contexts on it).
 API CUresult CUDAAPI cuCtxSynchronize(void) {
-  if (CUresult rc = need_ctx()) return rc;
+  CUcontext c = nullptr;
+  if (CUresult rc = need_ctx(&c)) return rc;
   if (CUresult rc = capture_guard(true)) return rc;
-  wait_device_idle();
+  wait_device_idle(c->dev);
   return CUDA_SUCCESS;
 }
 
@@ -1367,7 +1444,7 @@ API CUresult CUDAAPI cuMemHostUnregister(void* p) {
   // other submitter meanwhile: raise the barrier, then wait it out.
   double mib = bytes / 1048576.0;
   int64_t cost = cost_ns(43.0 + 14.0 * mib);
-  const int64_t in_flight = s.busy_until.load();
+  const int64_t in_flight = busy_until(-1);  // every device (README: an assumption)
   int64_t until = std::max(now_ns(), in_flight) + cost;
   atomic_max(s.barrier_until, until);
   sleep_until_ns(until);
@@ -1436,7 +1513,7 @@ API CUresult CUDAAPI cuMemFreeHost(void* p) {
     len = it->second.bytes;
     erase_reg_locked(it, false);
   }
-  wait_device_idle();  // like cuMemHostUnregister: all work in flight
+  wait_device_idle(-1);  // like cuMemHostUnregister: all work in flight, every device
   raw_munmap(p, len);
   return CUDA_SUCCESS;
 }
@@ -1471,7 +1548,7 @@ API CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
     len = it->second.mapped;
     s.dev.erase(it);
   }
-  wait_device_idle();  // cuMemFree synchronizes
+  wait_device_idle(-1);  // cuMemFree synchronizes (every device: an assumption)
   raw_munmap(reinterpret_cast<void*>(dptr), len);
   return CUDA_SUCCESS;
 }
@@ -1496,6 +1573,72 @@ API CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size
 }
 API CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, CUstream s) {
   return do_copy(reinterpret_cast<uintptr_t>(dst), src, n, s, true, 0, 1);
+}
+
+// ------------------------------------------------------------ peers ----
+// Documented (cuMemcpyPeer): a copy between device memory of two contexts,
+// which need not have peer access enabled; it runs on the current context's
+// stream. The sim checks that each side is device memory of its context.
+namespace {
+CUresult peer_copy(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx,
+                   size_t n, CUstream s, bool async) {
+  if (CUresult rc = need_ctx()) return rc;
+  if (n == 0) return CUDA_SUCCESS;
+  {
+    std::lock_guard<std::mutex> l(g().mu);
+    if (!valid_ctx_locked(dst_ctx) || !valid_ctx_locked(src_ctx) || !dst_ctx->alive ||
+        !src_ctx->alive)
+      return CUDA_ERROR_INVALID_CONTEXT;
+    CUcontext dc = nullptr, sc = nullptr;
+    if (!in_dev_locked(dst, n, &dc) || !in_dev_locked(src, n, &sc) || dc != dst_ctx || sc != src_ctx)
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+  return do_copy(dst, src, n, s, async, 1, 1);
+}
+}  // namespace
+
+API CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src,
+                                  CUcontext src_ctx, size_t n) {
+  return peer_copy(dst, dst_ctx, src, src_ctx, n, nullptr, false);
+}
+API CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src,
+                                       CUcontext src_ctx, size_t n, CUstream s) {
+  return peer_copy(dst, dst_ctx, src, src_ctx, n, s, true);
+}
+
+// Documented: 1 when `dev` can access `peer`'s memory directly. The sim's
+// devices all can, but not themselves (the real driver answers 0 for
+// dev == peer: an assumption to check).
+API CUresult CUDAAPI cuDeviceCanAccessPeer(int* can, CUdevice dev, CUdevice peer) {
+  if (CUresult rc = need_init()) return rc;
+  if (!can) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_dev(dev) || !valid_dev(peer)) return CUDA_ERROR_INVALID_DEVICE;
+  *can = dev != peer ? 1 : 0;
+  return CUDA_SUCCESS;
+}
+
+// Documented codes: flags other than 0: 1; a peer that cannot be accessed
+// (the same device): 217 (PEER_ACCESS_UNSUPPORTED); already enabled: 704; an
+// invalid peer context: 201.
+API CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
+  CUcontext c = nullptr;
+  if (CUresult rc = need_ctx(&c)) return rc;
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> l(g().mu);
+  if (!valid_ctx_locked(peer) || !peer->alive) return CUDA_ERROR_INVALID_CONTEXT;
+  if (peer->dev == c->dev) return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
+  if (!c->peers.insert(peer).second) return CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+  return CUDA_SUCCESS;
+}
+
+// Documented: 705 (PEER_ACCESS_NOT_ENABLED) when it was not enabled.
+API CUresult CUDAAPI cuCtxDisablePeerAccess(CUcontext peer) {
+  CUcontext c = nullptr;
+  if (CUresult rc = need_ctx(&c)) return rc;
+  std::lock_guard<std::mutex> l(g().mu);
+  if (!valid_ctx_locked(peer)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (c->peers.erase(peer) == 0) return CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
+  return CUDA_SUCCESS;
 }
 namespace {
 // One side of a 2D/3D copy: its base address and the Mem the caller gave.
@@ -1622,7 +1765,7 @@ bool fill_attr(const PtrInfo& i, CUpointer_attribute a, void* data, uintptr_t p,
       *valid = i.kind != 0;
       return true;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-      *static_cast<int*>(data) = i.kind != 0 ? 0 : -2;
+      *static_cast<int*>(data) = i.kind != 0 ? i.ctx->dev : -2;
       *valid = i.kind != 0;
       return true;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
@@ -1913,7 +2056,7 @@ API CUresult CUDAAPI cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags
   if (!e->recorded) return CUDA_SUCCESS;
   int64_t t = e->t.load();
   if (is_legacy(s))
-    atomic_max(g().legacy_busy, t);
+    atomic_max(g().dev_time[stream_dev(s)].legacy_busy, t);
   else
     atomic_max(s->busy_until, t);
   return CUDA_SUCCESS;
@@ -2039,6 +2182,11 @@ const ProcEntry kProcs[] = {
     P("cuMemcpy3D", 3020, cuMemcpy3D_v2),
     P("cuMemcpy3DAsync", 3020, cuMemcpy3DAsync_v2),
     P("cuMemcpyAsync", 4000, cuMemcpyAsync),
+    P("cuMemcpyPeer", 4000, cuMemcpyPeer),
+    P("cuMemcpyPeerAsync", 4000, cuMemcpyPeerAsync),
+    P("cuDeviceCanAccessPeer", 4000, cuDeviceCanAccessPeer),
+    P("cuCtxEnablePeerAccess", 4000, cuCtxEnablePeerAccess),
+    P("cuCtxDisablePeerAccess", 4000, cuCtxDisablePeerAccess),
     P("cuMemsetD8", 3020, cuMemsetD8_v2),
     P("cuMemsetD8Async", 3020, cuMemsetD8Async),
     P("cuPointerGetAttribute", 4000, cuPointerGetAttribute),
@@ -2149,8 +2297,12 @@ unsigned long simcuda_live_registrations(void) {
 }
 unsigned long simcuda_register_calls(void) { return g().register_calls.load(); }
 unsigned long simcuda_unregister_calls(void) { return g().unregister_calls.load(); }
+int simcuda_device_count(void) {
+  ensure_env();
+  return g().devices;
+}
 int simcuda_device_busy(void) {
-  return now_ns() < std::max(g().busy_until.load(), g().barrier_until.load()) ? 1 : 0;
+  return now_ns() < std::max(busy_until(-1), g().barrier_until.load()) ? 1 : 0;
 }
 
 }  // extern "C"

@@ -49,6 +49,12 @@ namespace {
   X(cuCtxSetCurrent, 4000)                                        \
   X(cuCtxGetCurrent, 4000)                                        \
   X(cuCtxSynchronize, 2000)                                       \
+  X(cuCtxGetDevice, 2000)                                         \
+  X(cuDeviceCanAccessPeer, 4000)                                  \
+  X(cuCtxEnablePeerAccess, 4000)                                  \
+  X(cuCtxDisablePeerAccess, 4000)                                 \
+  X(cuMemcpyPeer, 4000)                                           \
+  X(cuMemcpyPeerAsync, 4000)                                      \
   X(cuMemHostRegister_v2, 6050)                                   \
   X(cuMemHostUnregister, 4000)                                    \
   X(cuMemHostGetDevicePointer_v2, 3020)                           \
@@ -110,14 +116,22 @@ struct Driver {
 #undef X
 };
 
+constexpr int kMaxDevices = 16;  // as the sim driver
+
 struct Rt {
   std::once_flag once;
   cudaError_t load_err = cudaSuccess;
   Driver d;
   std::mutex mu;
-  bool retained = false;
-  CUcontext primary = nullptr;
-  std::atomic<int> gen{1};
+  // Per device: its primary context, retained by the runtime, and the
+  // generation a thread that made it current saw (unique over all devices).
+  struct Dev {
+    std::atomic<bool> retained{false};
+    CUcontext primary = nullptr;
+    std::atomic<int> gen{0};
+  };
+  Dev devs[kMaxDevices];
+  int next_gen = 1;  // guarded by mu
   std::unordered_map<const void*, const char*> funcs;  // host stub -> device name
 };
 
@@ -128,6 +142,7 @@ Rt& rt() {
 
 thread_local cudaError_t tls_last = cudaSuccess;
 thread_local int tls_gen = 0;
+thread_local int tls_dev = 0;  // the thread's device (cudaSetDevice)
 
 struct LaunchConfig {
   dim3 grid, block;
@@ -201,28 +216,54 @@ cudaError_t ensure_driver() {
 
 const Driver& D() { return rt().d; }
 
-// Primary context retained and current on this thread.
-cudaError_t ensure_ctx() {
+int device_count() {
+  int n = 0;
+  if (ensure_driver() != cudaSuccess || rt().d.cuDeviceGetCount(&n) != CUDA_SUCCESS) return 0;
+  return n;
+}
+
+// Device `dev`'s primary context, retained by the runtime (once per lifetime).
+cudaError_t primary_of(int dev, CUcontext* out, int* gen) {
+  Rt& r = rt();
+  if (dev < 0 || dev >= kMaxDevices) return cudaErrorInvalidDevice;
+  Rt::Dev& d = r.devs[dev];
+  std::lock_guard<std::mutex> l(r.mu);
+  if (!d.retained) {
+    CUresult rc = r.d.cuDevicePrimaryCtxRetain(&d.primary, dev);
+    if (rc != CUDA_SUCCESS) return conv(rc);
+    d.gen = r.next_gen++;
+    d.retained = true;
+  }
+  *out = d.primary;
+  if (gen) *gen = d.gen.load();
+  return cudaSuccess;
+}
+
+// The thread's device's primary context retained and current on this thread
+// (`force`: made current even when this thread did so before).
+cudaError_t ensure_ctx(bool force = false) {
   if (cudaError_t e = ensure_driver()) return e;
   Rt& r = rt();
-  int gen = r.gen.load();
-  if (tls_gen == gen && r.retained) return cudaSuccess;
+  Rt::Dev& d = r.devs[tls_dev];
+  if (!force && tls_gen == d.gen.load() && d.retained) return cudaSuccess;
   CUcontext c = nullptr;
-  {
-    std::lock_guard<std::mutex> l(r.mu);
-    if (!r.retained) {
-      CUresult rc = r.d.cuDevicePrimaryCtxRetain(&r.primary, 0);
-      if (rc != CUDA_SUCCESS) return conv(rc);
-      r.retained = true;
-      r.gen++;
-    }
-    c = r.primary;
-    gen = r.gen.load();
-  }
+  int gen = 0;
+  if (cudaError_t e = primary_of(tls_dev, &c, &gen)) return e;
   CUresult rc = r.d.cuCtxSetCurrent(c);
   if (rc != CUDA_SUCCESS) return conv(rc);
   tls_gen = gen;
   return cudaSuccess;
+}
+
+// The thread's device as the runtime sees it: the current context's, when
+// one is current (cuCtxSetCurrent from the program), else cudaSetDevice's.
+int current_device() {
+  CUcontext c = nullptr;
+  CUdevice d = 0;
+  if (ensure_driver() == cudaSuccess && rt().d.cuCtxGetCurrent(&c) == CUDA_SUCCESS && c != nullptr &&
+      rt().d.cuCtxGetDevice(&d) == CUDA_SUCCESS)
+    return d;
+  return tls_dev;
 }
 
 #define NEED_CTX()                                     \
@@ -278,6 +319,12 @@ const RtErr kRtErrors[] = {
      "pointer does not correspond to a registered memory region"},
     {cudaErrorLaunchFailure, "cudaErrorLaunchFailure", "unspecified launch failure"},
     {cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported"},
+    {cudaErrorPeerAccessUnsupported, "cudaErrorPeerAccessUnsupported",
+     "peer access is not supported between these two devices"},
+    {cudaErrorPeerAccessAlreadyEnabled, "cudaErrorPeerAccessAlreadyEnabled",
+     "peer access is already enabled"},
+    {cudaErrorPeerAccessNotEnabled, "cudaErrorPeerAccessNotEnabled",
+     "peer access has not been enabled"},
     {cudaErrorIllegalState, "cudaErrorIllegalState", "the operation is not permitted when the stream is capturing"},
     {cudaErrorStreamCaptureUnsupported, "cudaErrorStreamCaptureUnsupported",
      "operation not permitted when stream is capturing"},
@@ -319,31 +366,33 @@ cudaError_t CUDARTAPI cudaGetDeviceCount(int* n) {
   return rec(conv(D().cuDeviceGetCount(n)));
 }
 
+// Makes `dev`'s primary context current on this thread (retained first),
+// as CUDA 12+ does at once.
 cudaError_t CUDARTAPI cudaSetDevice(int dev) {
   NEED_DRIVER();
-  if (dev != 0) return rec(cudaErrorInvalidDevice);
-  NEED_CTX();
-  return cudaSuccess;
+  if (dev < 0 || dev >= device_count()) return rec(cudaErrorInvalidDevice);
+  tls_dev = dev;
+  return rec(ensure_ctx(/*force=*/true));
 }
 
 cudaError_t CUDARTAPI cudaGetDevice(int* dev) {
   if (!dev) return rec(cudaErrorInvalidValue);
   NEED_DRIVER();
-  *dev = 0;
+  *dev = current_device();
   return cudaSuccess;
 }
 
 cudaError_t CUDARTAPI cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int dev) {
   if (!value) return rec(cudaErrorInvalidValue);
   NEED_DRIVER();
-  if (dev != 0) return rec(cudaErrorInvalidDevice);
+  if (dev < 0 || dev >= device_count()) return rec(cudaErrorInvalidDevice);
   return rec(conv(D().cuDeviceGetAttribute(value, static_cast<CUdevice_attribute>(attr), dev)));
 }
 
 cudaError_t CUDARTAPI cudaGetDeviceProperties(struct cudaDeviceProp* p, int dev) {
   if (!p) return rec(cudaErrorInvalidValue);
   NEED_DRIVER();
-  if (dev != 0) return rec(cudaErrorInvalidDevice);
+  if (dev < 0 || dev >= device_count()) return rec(cudaErrorInvalidDevice);
   std::memset(p, 0, sizeof(*p));
   D().cuDeviceGetName(p->name, sizeof(p->name), dev);
   D().cuDeviceTotalMem_v2(&p->totalGlobalMem, dev);
@@ -397,16 +446,68 @@ cudaError_t CUDARTAPI cudaDeviceSynchronize(void) {
   return rec(conv(D().cuCtxSynchronize()));
 }
 
+// Resets the thread's device's primary context (the other devices' stay).
 cudaError_t CUDARTAPI cudaDeviceReset(void) {
   NEED_DRIVER();
   Rt& r = rt();
-  CUresult rc = D().cuDevicePrimaryCtxReset_v2(0);
+  const int dev = current_device();
+  CUresult rc = D().cuDevicePrimaryCtxReset_v2(dev);
   {
     std::lock_guard<std::mutex> l(r.mu);
-    r.retained = false;
-    r.gen++;
+    r.devs[dev].retained = false;
   }
   return rec(conv(rc));
+}
+
+// ------------------------------------------------------------- peers ----
+cudaError_t CUDARTAPI cudaDeviceCanAccessPeer(int* can, int dev, int peer) {
+  if (!can) return rec(cudaErrorInvalidValue);
+  NEED_DRIVER();
+  return rec(conv(D().cuDeviceCanAccessPeer(can, dev, peer)));
+}
+
+// The current device's context gets access to `peer`'s primary context
+// (retained first, as cudart initializes the peer device).
+cudaError_t CUDARTAPI cudaDeviceEnablePeerAccess(int peer, unsigned int flags) {
+  NEED_CTX();
+  if (peer < 0 || peer >= device_count()) return rec(cudaErrorInvalidDevice);
+  CUcontext pc = nullptr;
+  if (cudaError_t e = primary_of(peer, &pc, nullptr)) return rec(e);
+  return rec(conv(D().cuCtxEnablePeerAccess(pc, flags)));
+}
+
+cudaError_t CUDARTAPI cudaDeviceDisablePeerAccess(int peer) {
+  NEED_CTX();
+  if (peer < 0 || peer >= device_count()) return rec(cudaErrorInvalidDevice);
+  CUcontext pc = nullptr;
+  if (cudaError_t e = primary_of(peer, &pc, nullptr)) return rec(e);
+  return rec(conv(D().cuCtxDisablePeerAccess(pc)));
+}
+
+namespace {
+cudaError_t memcpy_peer(void* dst, int dst_dev, const void* src, int src_dev, size_t n,
+                        cudaStream_t s, bool async) {
+  NEED_CTX();
+  const int count = device_count();
+  if (dst_dev < 0 || dst_dev >= count || src_dev < 0 || src_dev >= count)
+    return rec(cudaErrorInvalidDevice);
+  if (n == 0) return cudaSuccess;
+  CUcontext dc = nullptr, sc = nullptr;
+  if (cudaError_t e = primary_of(dst_dev, &dc, nullptr)) return rec(e);
+  if (cudaError_t e = primary_of(src_dev, &sc, nullptr)) return rec(e);
+  return rec(conv(async ? D().cuMemcpyPeerAsync(dp(dst), dc, dp(src), sc, n, s)
+                        : D().cuMemcpyPeer(dp(dst), dc, dp(src), sc, n)));
+}
+}  // namespace
+
+cudaError_t CUDARTAPI cudaMemcpyPeer(void* dst, int dst_dev, const void* src, int src_dev,
+                                     size_t n) {
+  return memcpy_peer(dst, dst_dev, src, src_dev, n, nullptr, false);
+}
+
+cudaError_t CUDARTAPI cudaMemcpyPeerAsync(void* dst, int dst_dev, const void* src, int src_dev,
+                                          size_t n, cudaStream_t s) {
+  return memcpy_peer(dst, dst_dev, src, src_dev, n, s, true);
 }
 
 // ------------------------------------------------------------- errors ----

@@ -1063,3 +1063,181 @@ int main(int argc, char** argv) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   return RUN_ALL_TESTS();
 }
+
+// ------------------------------------------------------- several devices ----
+// Run with SIMCUDA_DEVICES=4 (ctest simcuda_multi_test); skipped with one device.
+class MultiDevice : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int n = 0;
+    ASSERT_EQ(cudaGetDeviceCount(&n), cudaSuccess);
+    if (n < 2) GTEST_SKIP() << "one device (set SIMCUDA_DEVICES)";
+    devices_ = n;
+  }
+  void TearDown() override {
+    cudaSetDevice(0);
+    (void)cudaGetLastError();
+  }
+  void launch_on(cudaStream_t s) {
+    void* args[1] = {nullptr};
+    ASSERT_EQ(cudaLaunchKernel(reinterpret_cast<const void*>(&kernel_stub), dim3(1), dim3(1), args,
+                               0, s),
+              cudaSuccess);
+  }
+  int devices_ = 0;
+};
+
+TEST_F(MultiDevice, DevicesContextsAndOrdinals) {
+  EXPECT_EQ(devices_, 4) << "SIMCUDA_DEVICES=4";
+  CUdevice d = -1;
+  EXPECT_EQ(cuDeviceGet(&d, devices_), CUDA_ERROR_INVALID_DEVICE);
+  EXPECT_EQ(cudaSetDevice(devices_), cudaErrorInvalidDevice);
+  (void)cudaGetLastError();
+  std::vector<CUcontext> primaries;
+  for (int dev = 0; dev < devices_; ++dev) {
+    ASSERT_EQ(cudaSetDevice(dev), cudaSuccess);
+    int got = -1;
+    ASSERT_EQ(cudaGetDevice(&got), cudaSuccess);
+    EXPECT_EQ(got, dev);
+    CUcontext c = nullptr;
+    ASSERT_EQ(cuCtxGetCurrent(&c), CUDA_SUCCESS);
+    ASSERT_EQ(cuCtxGetDevice(&d), CUDA_SUCCESS);
+    EXPECT_EQ(d, dev);
+    for (CUcontext other : primaries) EXPECT_NE(c, other);
+    primaries.push_back(c);
+    // Pointer attributes name the device of the context that made the memory.
+    std::vector<char> buf(kPg);
+    ASSERT_EQ(cudaHostRegister(buf.data(), buf.size(), 0), cudaSuccess);
+    void* dev_mem = nullptr;
+    ASSERT_EQ(cudaMalloc(&dev_mem, kPg), cudaSuccess);
+    ASSERT_EQ(cudaSetDevice((dev + 1) % devices_), cudaSuccess);
+    cudaPointerAttributes a;
+    ASSERT_EQ(cudaPointerGetAttributes(&a, buf.data()), cudaSuccess);
+    EXPECT_EQ(a.device, dev);
+    ASSERT_EQ(cudaPointerGetAttributes(&a, dev_mem), cudaSuccess);
+    EXPECT_EQ(a.device, dev);
+    EXPECT_EQ(cudaHostUnregister(buf.data()), cudaSuccess) << "any context may unregister";
+    EXPECT_EQ(cudaFree(dev_mem), cudaSuccess);
+  }
+}
+
+TEST_F(MultiDevice, RegistrationsOverlapAcrossDevicesAndKeepTheirFlags) {
+  std::vector<char> buf(4 * kPg);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_EQ(cudaHostRegister(buf.data(), buf.size(), 0), cudaSuccess);
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  EXPECT_EQ(cudaHostRegister(buf.data() + kPg, kPg, cudaHostRegisterPortable),
+            cudaErrorHostMemoryAlreadyRegistered);
+  unsigned flags = 0;
+  ASSERT_EQ(cudaHostGetFlags(&flags, buf.data()), cudaSuccess);
+  EXPECT_EQ(flags, 2u);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_EQ(cudaHostUnregister(buf.data()), cudaSuccess);
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  ASSERT_EQ(cudaHostRegister(buf.data(), buf.size(), cudaHostRegisterPortable), cudaSuccess);
+  ASSERT_EQ(cudaSetDevice(2), cudaSuccess);
+  ASSERT_EQ(cudaHostGetFlags(&flags, buf.data()), cudaSuccess);
+  EXPECT_EQ(flags, 3u);
+  EXPECT_EQ(cudaHostUnregister(buf.data()), cudaSuccess);
+  (void)cudaGetLastError();
+}
+
+TEST_F(MultiDevice, SynchronizeWaitsForItsDeviceAndUnregisterForEvery) {
+  EnvGuard guard;
+  setenv("SIMCUDA_SLEEP", "1", 1);
+  setenv("SIMCUDA_KERNEL_US", "150000", 1);
+  reload_env();
+  cudaStream_t s1;
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking), cudaSuccess);
+  launch_on(s1);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  std::vector<char> buf(kPg);
+  ASSERT_EQ(cudaHostRegister(buf.data(), buf.size(), 0), cudaSuccess);
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_LT(ms_since(t0), 100.0) << "device 0 has nothing in flight";
+  EXPECT_EQ(cudaStreamQuery(s1), cudaErrorNotReady);
+  ASSERT_EQ(cudaHostUnregister(buf.data()), cudaSuccess);
+  EXPECT_GE(ms_since(t0), 140.0) << "the unregister waits for every device";
+  EXPECT_EQ(cudaStreamQuery(s1), cudaSuccess);
+}
+
+TEST_F(MultiDevice, OnlyPortableRegistrationsArePinnedForAnotherDevice) {
+  EnvGuard guard;
+  setenv("SIMCUDA_SLEEP", "1", 1);
+  setenv("SIMCUDA_KERNEL_US", "50000", 1);
+  reload_env();
+  for (unsigned flags : {0u, unsigned{cudaHostRegisterPortable}}) {
+    const size_t n = 64 * 1024;
+    std::vector<unsigned char> h(n, 1), back(n, 0);
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    ASSERT_EQ(cudaHostRegister(h.data(), n, flags), cudaSuccess);
+    ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+    cudaStream_t s;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    void* d = nullptr;
+    ASSERT_EQ(cudaMalloc(&d, n), cudaSuccess);
+    launch_on(s);
+    ASSERT_EQ(cudaMemcpyAsync(d, h.data(), n, cudaMemcpyHostToDevice, s), cudaSuccess);
+    std::memset(h.data(), 2, n);  // after the call, before the copy runs
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(back.data(), d, n, cudaMemcpyDeviceToHost), cudaSuccess);
+    // Not PORTABLE: pageable for device 1 (staged at the call); PORTABLE:
+    // pinned for it, read when the stream reaches the copy.
+    EXPECT_EQ(back[0], flags ? 2 : 1) << "flags " << flags;
+    ASSERT_EQ(cudaFree(d), cudaSuccess);
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    ASSERT_EQ(cudaHostUnregister(h.data()), cudaSuccess);
+  }
+}
+
+TEST_F(MultiDevice, DeviceResetIsPerDevice) {
+  std::vector<char> a(kPg), b(kPg);
+  const unsigned long before = live_regs();
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_EQ(cudaHostRegister(a.data(), a.size(), 0), cudaSuccess);
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  ASSERT_EQ(cudaHostRegister(b.data(), b.size(), 0), cudaSuccess);
+  ASSERT_EQ(cudaDeviceReset(), cudaSuccess);
+  EXPECT_EQ(live_regs(), before + 1);
+  EXPECT_EQ(cudaHostUnregister(b.data()), cudaErrorHostMemoryNotRegistered);
+  (void)cudaGetLastError();
+  unsigned flags = 0;
+  int active = 0;
+  ASSERT_EQ(cuDevicePrimaryCtxGetState(0, &flags, &active), CUDA_SUCCESS);
+  EXPECT_EQ(active, 1);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  EXPECT_EQ(cudaHostUnregister(a.data()), cudaSuccess);
+}
+
+TEST_F(MultiDevice, PeerAccessAndCopies) {
+  int can = -1;
+  ASSERT_EQ(cudaDeviceCanAccessPeer(&can, 0, 1), cudaSuccess);
+  EXPECT_EQ(can, 1);
+  ASSERT_EQ(cudaDeviceCanAccessPeer(&can, 1, 1), cudaSuccess);
+  EXPECT_EQ(can, 0);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  EXPECT_EQ(cudaDeviceEnablePeerAccess(0, 0), cudaErrorPeerAccessUnsupported);
+  EXPECT_EQ(cudaDeviceEnablePeerAccess(1, 1), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaDeviceEnablePeerAccess(1, 0), cudaSuccess);
+  EXPECT_EQ(cudaDeviceEnablePeerAccess(1, 0), cudaErrorPeerAccessAlreadyEnabled);
+  EXPECT_EQ(cudaDeviceDisablePeerAccess(1), cudaSuccess);
+  EXPECT_EQ(cudaDeviceDisablePeerAccess(1), cudaErrorPeerAccessNotEnabled);
+  (void)cudaGetLastError();
+  const size_t n = 8192;
+  std::vector<unsigned char> h(n, 7), back(n, 0);
+  void *d0 = nullptr, *d1 = nullptr;
+  ASSERT_EQ(cudaMalloc(&d0, n), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(d0, h.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d1, n), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyPeer(d1, 1, d0, 0, n), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(back.data(), d1, n, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(back, h);
+  EXPECT_EQ(cudaMemcpyPeer(d1, 0, d0, 0, n), cudaErrorInvalidValue) << "d1 is device 1's";
+  (void)cudaGetLastError();
+  EXPECT_EQ(cudaFree(d1), cudaSuccess);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  EXPECT_EQ(cudaFree(d0), cudaSuccess);
+}

@@ -50,7 +50,7 @@ class FakeDriver final : public PoolDriver {
 class AutoPinPoolTest : public ::testing::Test {
  protected:
   void MakePool(PoolLimits limits) { pool_ = std::make_unique<Pool>(&driver_, nullptr, limits); }
-  void SetUp() override { MakePool(PoolLimits{}); }
+  void SetUp() override { MakePool(DefaultPoolLimits()); }
 
   AutoPinOutcome Pin(uintptr_t ptr, size_t bytes, Context ctx = kCtx1, bool eligible = true,
                      uint64_t max_auto = uint64_t{1} << 40) {
@@ -165,7 +165,7 @@ TEST_F(AutoPinPoolTest, IdleCollectionReleasesItAndCopiesKeepItAlive) {
 }
 
 TEST_F(AutoPinPoolTest, BoundsAreNeverExceededAndNothingIsEvictedForIt) {
-  PoolLimits limits;
+  PoolLimits limits = DefaultPoolLimits();
   limits.max_bytes = 24 * kPage;
   MakePool(limits);
   ASSERT_EQ(Reg(kB, 16 * kPage).result, 0);

@@ -3,7 +3,11 @@
 #include "callsite.h"
 
 #include <dlfcn.h>
+#include <execinfo.h>
+#include <sys/mman.h>
+#include <ucontext.h>
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
@@ -97,6 +101,77 @@ TEST(CallSitesTest, FramesAreReturnAddressesInnermostFirst) {
   ASSERT_NE(dladdr(reinterpret_cast<void*>(frames[1]), &info), 0);
   EXPECT_THAT(std::string(info.dli_fname), HasSubstr("callsite_test"));
 }
+
+__attribute__((noinline)) size_t BothWalks(uintptr_t* ours, void** glibc, int* glibc_count) {
+  const size_t n = CaptureFrames(ours, CallSites::kMaxFrames, 0, 0);
+  *glibc_count = backtrace(glibc, CallSites::kMaxFrames);
+  asm volatile("" ::: "memory");
+  return n;
+}
+
+TEST(CallSitesTest, TheWalkFindsTheFramesGlibcFinds) {
+  uintptr_t ours[CallSites::kMaxFrames];
+  void* glibc[CallSites::kMaxFrames];
+  int glibc_count = 0;
+  const size_t n = BothWalks(ours, glibc, &glibc_count);
+  // From the caller of BothWalks on, both list the same return addresses.
+  ASSERT_GE(n, 3u);
+  ASSERT_GE(glibc_count, 3);
+  std::vector<uintptr_t> a(ours + 1, ours + n);
+  std::vector<uintptr_t> b;
+  for (int i = 1; i < glibc_count; ++i) b.push_back(reinterpret_cast<uintptr_t>(glibc[i]));
+  const size_t common = std::min(a.size(), b.size()) - 1;  // the last may be cut by the capacity
+  EXPECT_EQ(std::vector<uintptr_t>(a.begin(), a.begin() + common),
+            std::vector<uintptr_t>(b.begin(), b.begin() + common));
+}
+
+#if defined(__x86_64__)
+// A fiber whose outermost return address is bogus: the walk ends there,
+// without reading at it nor past the stack's mapping (a guard page above).
+ucontext_t g_main, g_fiber;
+size_t g_fiber_frames = 0;
+void FiberCapture() {
+  uintptr_t frames[CallSites::kMaxFrames];
+  g_fiber_frames = CaptureFrames(frames, CallSites::kMaxFrames, 0, 0);
+  swapcontext(&g_fiber, &g_main);
+}
+
+// Runs FiberCapture on a fresh 64 KiB stack below a guard page, its return
+// address `bogus` (at the stack's last word when `at_top`); returns the frames.
+char* g_map = nullptr;
+constexpr size_t kFiberBytes = 64 << 10;
+__attribute__((noinline)) size_t WalkOnFiber(uintptr_t bogus, bool at_top) {
+  g_map = static_cast<char*>(mmap(nullptr, kFiberBytes + 4096, PROT_READ | PROT_WRITE,
+                                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  if (g_map == MAP_FAILED || mprotect(g_map + kFiberBytes, 4096, PROT_NONE) != 0) return 0;
+  getcontext(&g_fiber);
+  g_fiber.uc_stack.ss_sp = g_map;
+  g_fiber.uc_stack.ss_size = kFiberBytes;
+  g_fiber.uc_link = nullptr;
+  makecontext(&g_fiber, FiberCapture, 0);
+  auto* ret = reinterpret_cast<uintptr_t*>(g_fiber.uc_mcontext.gregs[REG_RSP]);
+  if (at_top) {  // the bogus frame's stack pointer is the guard page
+    ret = reinterpret_cast<uintptr_t*>(g_map + kFiberBytes) - 1;
+    g_fiber.uc_mcontext.gregs[REG_RSP] = reinterpret_cast<greg_t>(ret);
+  }
+  *ret = bogus;
+  g_fiber_frames = 0;
+  swapcontext(&g_main, &g_fiber);
+  munmap(g_map, kFiberBytes + 4096);
+  return g_fiber_frames;
+}
+
+TEST(CallSitesTest, AFiberWithABogusReturnAddressEndsTheWalk) {
+  const uintptr_t bogus[] = {0x1234, reinterpret_cast<uintptr_t>(&printf) + 9, ~uintptr_t{0} - 7};
+  for (uintptr_t address : bogus) {
+    for (bool at_top : {false, true}) {
+      const size_t frames = WalkOnFiber(address, at_top);
+      EXPECT_GE(frames, 1u) << std::hex << address << " " << at_top;
+      EXPECT_LE(frames, 4u) << "the fiber's own frames, then the bogus one at most";
+    }
+  }
+}
+#endif
 
 TEST(CallSitesTest, LeavesOutTheFramesOfItsOwnObject) {
   // This executable plays lazypin: none of its frames may appear.

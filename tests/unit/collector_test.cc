@@ -22,6 +22,7 @@
 #include "driver_model.h"
 #include "gtest/gtest.h"
 #include "pool.h"
+#include "thread_state.h"
 
 namespace lazypin {
 namespace {
@@ -75,7 +76,7 @@ class CollectorTest : public ::testing::Test {
   void SetUp() override {
     g_events.clear();
     g_model = model::DriverModel();
-    pool_ = std::make_unique<Pool>(&driver_, &observer_, PoolLimits{});
+    pool_ = std::make_unique<Pool>(&driver_, &observer_, DefaultPoolLimits());
   }
   // A malloc'd block, registered and unregistered by "the program": pooled.
   void* PooledBlock(size_t bytes) {
@@ -275,6 +276,39 @@ TEST_F(CollectorTest, HandOverWritesNeitherTheBlockNorItsNeighbours) {
     EXPECT_TRUE(pool_->Empty());
     collector.Stop();
   }
+}
+
+TEST_F(CollectorTest, ASecondFreeOfAPendingBlockMakesTheFirstBeforeReturning) {
+  Collector collector(pool_.get(), 0, &FakeRealFree);
+  constexpr size_t kBlock = size_t{1} << 20;  // mmapped: no page shared with the other
+  void* stuck = PooledBlock(kBlock);
+  void* pending = PooledBlock(kBlock);
+  g_hold_unregister = true;
+  ASSERT_NE(collector.HandOver(stuck, kBlock), 0u);
+  for (int i = 0; i < 5000 && !g_held.load(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(g_held.load()) << "the collector is freeing the stuck block";
+  ASSERT_NE(collector.HandOver(pending, kBlock), 0u);
+  int other = 0;
+  EXPECT_EQ(collector.FreedAgain(&other, 10), Collector::Again::kNotPending);
+  // The stuck one is the collector's: waited for (here past the bound).
+  EXPECT_EQ(collector.FreedAgain(stuck, 20), Collector::Again::kTimedOut);
+  g_hold_unregister = false;
+  // The pending one, if still in its slot, is taken back and freed on this
+  // thread; else waited for. Either way it is freed once, before this returns.
+  {
+    ScopedInsideLazypin inside;
+    EXPECT_EQ(collector.FreedAgain(pending, 5000), Collector::Again::kDone);
+  }
+  const std::vector<std::string> events = Events();
+  EXPECT_EQ(std::count(events.begin(), events.end(), "free " + Hex(pending)), 1);
+  ASSERT_TRUE(collector.WaitHandedFrees(5000));
+  EXPECT_EQ(collector.FreedAgain(pending, 10), Collector::Again::kNotPending);
+  const std::vector<std::string> after = Events();
+  EXPECT_EQ(std::count(after.begin(), after.end(), "free " + Hex(stuck)), 1);
+  EXPECT_EQ(std::count(after.begin(), after.end(), "free " + Hex(pending)), 1);
+  collector.Stop();
 }
 
 TEST_F(CollectorTest, AllSlotsTakenRefusesThenRecovers) {

@@ -3,8 +3,10 @@
 
 #include <stdio.h>
 
+#include <cctype>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -28,7 +30,7 @@ TEST(ConfigTest, DefaultsWhenNothingIsSet) {
   EXPECT_TRUE(p.errors.empty());
   const Config& c = p.config;
   EXPECT_EQ(c.mode, Mode::kLog);
-  EXPECT_EQ(c.log_path, "");
+  EXPECT_EQ(c.log_path, "lazypin-%e-%h-%p.jsonl");
   EXPECT_TRUE(c.summary);
   EXPECT_EQ(c.pool_bytes, kRam / 4);
   EXPECT_EQ(c.pool_entries, 65536u);
@@ -222,25 +224,39 @@ TEST(ConfigTest, TheHeaderConfigHasOneKeyPerOption) {
   Config c = Parse({{"LAZYPIN_MODE", "defer"}, {"LAZYPIN_LOG", "a\"b.jsonl"}}).config;
   const std::string json = ConfigJson(c);
   EXPECT_EQ(json,
-            R"({"mode":"defer","log":"a\"b.jsonl","summary":true,"pool_bytes":4294967296,)"
+            R"({"mode":"defer","log":"a\"b.jsonl","log_max":268435456,"summary":true,"pool_bytes":4294967296,)"
             R"("pool_entries":65536,"idle_ms":10000,"check_pfn":false,"release_at_exit":false,)"
             R"("watch":"auto","defer_shared":false,"unregister_wait":true,"stacks":"1","prefault":4,)"
             R"("host_alloc_cache":4294967296,"autopin":false,)"
             R"("autopin_min":4194304,"autopin_bytes":1717986918,"autopin_after":1,)"
-            R"("reuse_freed":858993459})");
+            R"("reuse_freed":858993459,"keep_margin":268435456})");
 }
 
-TEST(ConfigTest, AutoPinRequestedReadsItsOwnRow) {
-  auto env = [](const char* value) {
-    return [value](const char* name) {
-      return std::string_view(name) == "LAZYPIN_AUTOPIN" ? value : nullptr;
+TEST(ConfigTest, PeekConfigReadsOnlyTheNamedRows) {
+  auto env = [](const char* autopin, const char* mode) {
+    return [autopin, mode](const char* name) -> const char* {
+      if (std::string_view(name) == "LAZYPIN_AUTOPIN") return autopin;
+      if (std::string_view(name) == "LAZYPIN_MODE") return mode;
+      return "garbage";
     };
   };
-  EXPECT_TRUE(AutoPinRequested(env("1")));
-  EXPECT_TRUE(AutoPinRequested(env(" yes ")));
-  EXPECT_FALSE(AutoPinRequested(env("0")));
-  EXPECT_FALSE(AutoPinRequested(env("maybe")));
-  EXPECT_FALSE(AutoPinRequested(env(nullptr)));
+  EXPECT_TRUE(PeekConfig(env("1", nullptr), {"LAZYPIN_AUTOPIN"}).autopin);
+  EXPECT_TRUE(PeekConfig(env(" yes ", nullptr), {"LAZYPIN_AUTOPIN"}).autopin);
+  EXPECT_FALSE(PeekConfig(env("0", nullptr), {"LAZYPIN_AUTOPIN"}).autopin);
+  EXPECT_FALSE(PeekConfig(env("maybe", nullptr), {"LAZYPIN_AUTOPIN"}).autopin);
+  EXPECT_FALSE(PeekConfig(env(nullptr, nullptr), {"LAZYPIN_AUTOPIN"}).autopin);
+  // The mode as ParseMode reads it (case and spaces too); its default (log)
+  // where unset or not acceptable.
+  EXPECT_EQ(PeekConfig(env(nullptr, "defer"), {"LAZYPIN_MODE"}).mode, Mode::kDefer);
+  EXPECT_EQ(PeekConfig(env(nullptr, " DEFER"), {"LAZYPIN_MODE"}).mode, Mode::kDefer);
+  EXPECT_EQ(PeekConfig(env(nullptr, "Off"), {"LAZYPIN_MODE"}).mode, Mode::kOff);
+  EXPECT_EQ(PeekConfig(env(nullptr, nullptr), {"LAZYPIN_MODE"}).mode, Mode::kLog);
+  EXPECT_EQ(PeekConfig(env(nullptr, "fast"), {"LAZYPIN_MODE"}).mode, Mode::kLog);
+  // Rows not named are not read ("garbage" would be refused anyway).
+  const Config both = PeekConfig(env("1", "defer"), {"LAZYPIN_MODE", "LAZYPIN_AUTOPIN"});
+  EXPECT_TRUE(both.autopin);
+  EXPECT_EQ(both.mode, Mode::kDefer);
+  EXPECT_EQ(PeekConfig(env("1", "defer"), {"LAZYPIN_MODE"}).pool_entries, 0u);
 }
 
 TEST(ConfigTest, AutoPinIsOffByDefaultAndItsThresholdHasAFloor) {
@@ -280,19 +296,68 @@ TEST(ConfigTest, TheReadmeTableIsTheOptionTable) {
       << "README.md must hold the option table exactly as OptionsMarkdown() writes it:\n" << table;
 }
 
-TEST(ConfigTest, TheRunnerNamesEveryOptionAndNoOther) {
-  const std::string runner = ReadSource("scripts/lazypin");
-  for (size_t i = 0; i < kOptionCount; ++i) {
-    EXPECT_NE(runner.find(kOptions[i].name), std::string::npos)
-        << "scripts/lazypin run --help does not mention " << kOptions[i].name;
+// Every LAZYPIN_* name in `text`, whole (up to the first byte that cannot be
+// part of a name), in order.
+std::vector<std::string> VariableNames(const std::string& text) {
+  std::vector<std::string> out;
+  for (size_t at = text.find("LAZYPIN_"); at != std::string::npos; at = text.find("LAZYPIN_", at + 1)) {
+    if (at > 0 && (std::isalnum(static_cast<unsigned char>(text[at - 1])) || text[at - 1] == '_')) {
+      continue;
+    }
+    size_t end = at;
+    while (end < text.size() &&
+           (std::isupper(static_cast<unsigned char>(text[end])) ||
+            std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '_')) {
+      ++end;
+    }
+    out.push_back(text.substr(at, end - at));
   }
-  for (size_t at = runner.find("[LAZYPIN_"); at != std::string::npos;
-       at = runner.find("[LAZYPIN_", at + 1)) {
-    const size_t end = runner.find_first_of("=]", at);
-    const std::string name = runner.substr(at + 1, end - at - 1);
-    bool known = false;
-    for (size_t i = 0; i < kOptionCount; ++i) known = known || name == kOptions[i].name;
-    EXPECT_TRUE(known) << "scripts/lazypin names " << name << ", which is not an option";
+  return out;
+}
+
+bool KnownVariable(const std::string& name) {
+  for (size_t i = 0; i < kOptionCount; ++i) {
+    if (name == kOptions[i].name) return true;
+  }
+  for (const char* const* v = kToolVariables; *v != nullptr; ++v) {
+    if (name == *v) return true;
+  }
+  return false;
+}
+
+TEST(ConfigTest, VariableNamesAreWhole) {
+  EXPECT_EQ(VariableNames("LAZYPIN_AUTOPIN_MIN=4M, [LAZYPIN_AUTOPIN] xLAZYPIN_NO"),
+            (std::vector<std::string>{"LAZYPIN_AUTOPIN_MIN", "LAZYPIN_AUTOPIN"}));
+  EXPECT_FALSE(KnownVariable("LAZYPIN_AUTOPI"));
+  EXPECT_FALSE(KnownVariable("LAZYPIN_AUTOPIN_"));
+  EXPECT_TRUE(KnownVariable("LAZYPIN_AUTOPIN_MIN"));
+}
+
+// The runner's flags come from OptionsJson (tests/report checks `lazypin run
+// --help` against it); what the runner names itself must be a whole, known name.
+TEST(ConfigTest, TheRunnerAndTheReportNameOnlyKnownVariables) {
+  for (const char* file : {"scripts/lazypin", "scripts/lazypin_report.py", "README.md"}) {
+    for (const std::string& name : VariableNames(ReadSource(file))) {
+      EXPECT_TRUE(KnownVariable(name)) << file << " names " << name << ", which is no variable";
+    }
+  }
+}
+
+TEST(ConfigTest, TheOptionsJsonHasEveryRowWithItsFlag) {
+  const std::string json = OptionsJson();
+  for (size_t i = 0; i < kOptionCount; ++i) {
+    const Option& o = kOptions[i];
+    std::string flag = std::string("--") + o.key;
+    for (char& c : flag) c = c == '_' ? '-' : c;
+    const std::string row = std::string("{\"name\":\"") + o.name + "\",\"key\":\"" + o.key +
+                            "\",\"flag\":\"" + flag + "\",\"kind\":\"" +
+                            (o.kind == OptionKind::kSwitch ? "switch" : "value") + "\"";
+    EXPECT_NE(json.find(row), std::string::npos) << row << " not in " << json;
+  }
+  // A switch is exactly a row that accepts "0 or 1".
+  for (size_t i = 0; i < kOptionCount; ++i) {
+    const Option& o = kOptions[i];
+    EXPECT_EQ(o.kind == OptionKind::kSwitch, std::string(o.accepts) == "0 or 1") << o.name;
   }
 }
 

@@ -13,6 +13,7 @@
 #include "fake_dispatch_env.h"
 #include "gtest/gtest.h"
 #include "host_alloc_cache.h"
+#include "test_limits.h"
 #include "thread_state.h"
 
 namespace lazypin {
@@ -69,7 +70,7 @@ class DispatchHostAllocTest : public ::testing::TestWithParam<bool> {
   }
   void Make(bool unregister_wait) {
     cache_.reset();
-    if (GetParam()) cache_ = std::make_unique<HostAllocCache>(&driver_, nullptr, HostAllocLimits{});
+    if (GetParam()) cache_ = std::make_unique<HostAllocCache>(&driver_, nullptr, DefaultHostAllocLimits());
     dispatch_ = std::make_unique<Dispatch>(&env_, nullptr, unregister_wait, cache_.get());
   }
   bool Caching() const { return GetParam(); }

@@ -58,7 +58,7 @@ class NullObserver final : public PoolObserver {
 class DispatchTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
-    if (GetParam()) pool_ = std::make_unique<Pool>(&pool_driver_, &observer_, PoolLimits{});
+    if (GetParam()) pool_ = std::make_unique<Pool>(&pool_driver_, &observer_, DefaultPoolLimits());
     dispatch_ = std::make_unique<Dispatch>(&env_, pool_.get());
   }
   bool Deferring() const { return GetParam(); }
@@ -229,6 +229,29 @@ TEST_P(DispatchTest, QueriesAndTeardownReleasePooledMemory) {
   EXPECT_EQ(env_.records.size(), 4u) << "teardown and queries are not program calls of ours";
 }
 
+TEST_P(DispatchTest, APrimaryResetDropsOnlyThePrimaryContextsEntries) {
+  if (!Deferring()) GTEST_SKIP() << "nothing is pooled in log mode";
+  const Context made = reinterpret_cast<Context>(0x22);  // cuCtxCreate'd, same device
+  const uintptr_t other = kBuf + 4 * kBytes;
+  ASSERT_EQ(DriverRegister(kBuf, kBytes, 0), 0);
+  ASSERT_EQ(DriverUnregister(kBuf), 0);
+  env_.ctx = made;
+  ASSERT_EQ(DriverRegister(other, kBytes, 0), 0);
+  ASSERT_EQ(DriverUnregister(other), 0);
+  env_.primary_ctx = kCtx;
+  EXPECT_EQ(dispatch_->BeforePrimaryContextReset(0, true), kCtx);
+  model_.DropContext(kCtx);  // the real reset
+  ASSERT_EQ(model_.regs().size(), 1u) << "the other context's deferred entry stays";
+  ASSERT_EQ(DriverRegister(other, kBytes, 0), 0);
+  EXPECT_EQ(Last().action, Action::kHit);
+  ASSERT_EQ(DriverUnregister(other), 0);
+  // Where the primary context cannot be told: every context of the device.
+  env_.primary_ctx = nullptr;
+  EXPECT_EQ(dispatch_->BeforePrimaryContextReset(0, true), nullptr);
+  EXPECT_TRUE(model_.regs().empty());
+  env_.ctx = kCtx;
+}
+
 TEST_P(DispatchTest, ADeferredUnregisterFirstWaitsForTheDevice) {
   ASSERT_EQ(DriverRegister(kBuf, kBytes, 0), 0);
   ASSERT_EQ(DriverUnregister(kBuf), 0);
@@ -301,13 +324,13 @@ TEST_P(DispatchTest, APrimaryContextReleasedToZeroForgetsItsRegistrations) {
   if (!Deferring()) GTEST_SKIP() << "nothing is kept in log mode";
   ASSERT_EQ(DriverRegister(kBuf, kBytes, 0), 0);
   env_.primary_active = true;  // released, still retained elsewhere: kept
-  dispatch_->AfterPrimaryContextRelease(0);
+  dispatch_->AfterPrimaryContextRelease(0, nullptr);
   ASSERT_EQ(DriverUnregister(kBuf), 0);
   EXPECT_EQ(Last().action, Action::kDeferred);
   ASSERT_EQ(DriverRegister(kBuf, kBytes, 0), 0);  // a hit
   env_.primary_active = false;  // the last reference: the driver dropped it
   model_.DropContext(kCtx);
-  dispatch_->AfterPrimaryContextRelease(0);
+  dispatch_->AfterPrimaryContextRelease(0, nullptr);
   EXPECT_EQ(DriverUnregister(kBuf), 713) << "the driver's answer, not a deferral";
   EXPECT_EQ(Last().action, Action::kForward);
   EXPECT_EQ(DriverRegister(kBuf, kBytes, 0), 0);

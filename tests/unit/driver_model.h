@@ -37,6 +37,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "pool.h"
+#include "test_limits.h"
 
 namespace lazypin {
 namespace model {
@@ -230,7 +231,7 @@ struct HarnessOptions {
   size_t arena_bytes = 4 * kPage;
   uintptr_t granularity = 1;     // the driver's overlap granularity
   uint64_t capacity = ~uint64_t{0};  // bytes the driver can pin in all
-  PoolLimits limits;
+  PoolLimits limits = DefaultPoolLimits();
   bool remaps = false;           // generate silent remaps (needs limits.check_frames)
   bool autopin = false;          // generate copies that auto-pin (Pool::AutoPin)
   uint64_t autopin_bytes = ~uint64_t{0};  // its own bound

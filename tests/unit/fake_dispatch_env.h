@@ -33,6 +33,7 @@ class FakeDispatchEnv final : public DispatchEnv {
     return wait_result;
   }
   bool PrimaryContextActive(int) override { return primary_active; }
+  Context ActivePrimaryContext(int) override { return primary_ctx; }
   void SynchronizeStream(void* stream) override { synced.push_back(stream); }
 
   int64_t now = 0;
@@ -43,6 +44,7 @@ class FakeDispatchEnv final : public DispatchEnv {
   int waits = 0;
   int wait_result = 0;
   bool primary_active = true;
+  Context primary_ctx = nullptr;  // what ActivePrimaryContext tells (null: cannot tell)
   std::vector<void*> synced;
 };
 

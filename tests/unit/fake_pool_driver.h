@@ -16,9 +16,10 @@ inline std::string Hex(uintptr_t p) { return absl::StrFormat("0x%x", p); }
 
 class FakePoolDriver final : public PoolDriver {
  public:
-  int Unregister(uintptr_t ptr, Context ctx, ReleaseWait*) override {
+  int Unregister(uintptr_t ptr, Context ctx, ReleaseWait* wait) override {
     log.push_back("evict " + Hex(ptr));
     eviction_ctx.push_back(ctx);
+    after_wait.push_back(wait->after_wait);
     return model.Unregister(ptr);
   }
   bool ReadFrames(uintptr_t ptr, size_t bytes, std::vector<uint64_t>* frames) override {
@@ -32,6 +33,7 @@ class FakePoolDriver final : public PoolDriver {
   model::DriverModel model;
   std::vector<std::string> log;
   std::vector<Context> eviction_ctx;
+  std::vector<bool> after_wait;  // ReleaseWait::after_wait of each eviction
   int64_t now = 0;
   uint64_t frame_base = 0;
   bool frames_known = true;

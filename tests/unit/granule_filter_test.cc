@@ -13,6 +13,7 @@
 namespace lazypin {
 namespace {
 
+constexpr uintptr_t kKiB = uintptr_t{1} << 10;
 constexpr uintptr_t kMiB = uintptr_t{1} << 20;
 constexpr uintptr_t kGiB = uintptr_t{1} << 30;
 
@@ -43,6 +44,41 @@ TEST(GranuleFilterTest, HugeRangesUseTheCoarseTableAndStayExactlyCounted) {
   EXPECT_TRUE(filter.MaybeOverlaps(lo + kGiB, lo + kGiB + 4096));
   filter.Remove(lo, hi);
   EXPECT_FALSE(filter.MaybeOverlaps(lo, lo + 4096));
+}
+
+// Ranges of each size class (2 MiB, 16 MiB, 1 GiB granules), at and across
+// the class edges: every byte "maybe" while held, "no" once removed.
+TEST(GranuleFilterTest, EverySizeClassAndItsEdgesSayMaybe) {
+  GranuleFilter filter;
+  const uintptr_t base = uintptr_t{1} << 40;
+  struct R {
+    uintptr_t lo, hi;
+  };
+  // Each class, its edges and ranges straddling granules of every class.
+  const std::vector<R> ranges = {
+      {base + 4 * kKiB, base + 8 * kKiB},
+      {base + 2 * kMiB - 4 * kKiB, base + 2 * kMiB + 4 * kKiB},
+      {base + 3 * kGiB - kMiB, base + 3 * kGiB + 15 * kMiB},          // just under 16 MiB
+      {base + 5 * kGiB - 8 * kMiB, base + 5 * kGiB + 8 * kMiB},       // 16 MiB
+      {base + 7 * kGiB + 100 * kKiB, base + 7 * kGiB + 255 * kMiB},   // mid class
+      {base + 9 * kGiB - 128 * kMiB, base + 9 * kGiB + 128 * kMiB},   // 256 MiB: coarse
+      {base + 20 * kGiB + 4 * kKiB, base + 24 * kGiB + 4 * kKiB},     // 4 GiB
+  };
+  for (const R& r : ranges) filter.Add(r.lo, r.hi);
+  for (const R& r : ranges) {
+    const uintptr_t len = r.hi - r.lo;
+    for (uintptr_t off : {uintptr_t{0}, len / 3, len / 2, len - 1}) {
+      EXPECT_TRUE(filter.MaybeOverlaps(r.lo + off, r.lo + off + 1)) << std::hex << r.lo << "+" << off;
+    }
+    EXPECT_TRUE(filter.MaybeOverlaps(r.lo - 64 * kKiB, r.lo + 1));
+    EXPECT_TRUE(filter.MaybeOverlaps(r.hi - 1, r.hi + 64 * kKiB));
+  }
+  EXPECT_FALSE(filter.MaybeOverlaps(base + 50 * kGiB, base + 50 * kGiB + 4096)) << "far from all";
+  for (const R& r : ranges) filter.Remove(r.lo, r.hi);
+  for (const R& r : ranges) {
+    EXPECT_FALSE(filter.MaybeOverlaps(r.lo, r.lo + 1)) << std::hex << r.lo;
+    EXPECT_FALSE(filter.MaybeOverlaps(r.hi - 1, r.hi)) << std::hex << r.hi;
+  }
 }
 
 // Random adds and removes of ranges of every size class against the set of

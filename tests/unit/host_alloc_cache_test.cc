@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "test_limits.h"
 
 namespace lazypin {
 namespace {
@@ -94,7 +95,7 @@ class FakeDriver final : public HostAllocDriver, public HostAllocObserver {
 
 class HostAllocCacheTest : public ::testing::Test {
  protected:
-  explicit HostAllocCacheTest(HostAllocLimits limits = {}) : cache_(&driver_, &driver_, limits) {}
+  explicit HostAllocCacheTest(HostAllocLimits limits = DefaultHostAllocLimits()) : cache_(&driver_, &driver_, limits) {}
 
   Outcome Alloc(void** out, size_t bytes, unsigned flags = 0, Context ctx = kCtx) {
     HostAllocRequest request{bytes, flags, ctx, 0};

@@ -203,23 +203,36 @@ TEST(LogNameTest, ShortHostNameIsTheNodenameUpToItsFirstDot) {
   EXPECT_FALSE(ShortHostName().empty());
 }
 
-TEST(LogNameTest, DefaultPatternCarriesProgramHostAndPid) {
-  EXPECT_EQ(DefaultLogPattern("copyloop"), "lazypin-copyloop-%h-%p.jsonl");
-  EXPECT_EQ(DefaultLogPattern("a b%h"), "lazypin-a_b_h-%h-%p.jsonl");
-  EXPECT_EQ(ExpandLogPath(DefaultLogPattern("x"), 42), "lazypin-x-" + ShortHostName() + "-42.jsonl");
+TEST(LogNameTest, TheDefaultPatternNamesEachProcessAfterItsOwnProgram) {
+  const ParsedConfig p = ParseConfig([](const char*) -> const char* { return nullptr; }, 1 << 30);
+  EXPECT_EQ(p.config.log_path, "lazypin-%e-%h-%p.jsonl");
+  EXPECT_EQ(ExpandLogPath(p.config.log_path, 42),
+            "lazypin-" + LogNamePart(program_invocation_short_name) + "-" + ShortHostName() +
+                "-42.jsonl");
+  EXPECT_EQ(ExpandLogPattern(p.config.log_path, {"7", "h", "a_b_h"}), "lazypin-a_b_h-h-7.jsonl");
 }
 
 TEST(LogNameTest, ExpandLogPath) {
   const std::string h = ShortHostName();
+  const std::string e = LogNamePart(program_invocation_short_name);
   EXPECT_EQ(ExpandLogPath("lp-%p.jsonl", 4242), "lp-4242.jsonl");
   EXPECT_EQ(ExpandLogPath("%h/%p-%h", 7), h + "/7-" + h);
+  EXPECT_EQ(ExpandLogPath("%e-%p", 7), e + "-7");
   EXPECT_EQ(ExpandLogPath("100%%-%h", 7), "100%-" + h);
-  EXPECT_EQ(ExpandLogPath("%%h%%p", 7), "%h%p");
+  EXPECT_EQ(ExpandLogPath("%%h%%p%%e", 7), "%h%p%e");
   EXPECT_EQ(ExpandLogPath("%%%h", 7), "%" + h);
   EXPECT_EQ(ExpandLogPath("a%", 7), "a%") << "a trailing % stays";
   EXPECT_EQ(ExpandLogPath("%h%", 7), h + "%");
-  EXPECT_EQ(ExpandLogPath("%x%H%P", 7), "%x%H%P") << "unknown escapes stay";
+  EXPECT_EQ(ExpandLogPath("%x%H%P%E", 7), "%x%H%P%E") << "unknown escapes stay";
   EXPECT_EQ(ExpandLogPath("", 7), "");
+}
+
+TEST(LogNameTest, TheGlobMatchesEveryExpansionAndEscapesWildcards) {
+  const std::string h = ShortHostName();
+  EXPECT_EQ(LogPathGlob("/l/lp-%e-%h-%p.jsonl"), "/l/lp-*-" + h + "-*.jsonl");
+  EXPECT_EQ(LogPathGlob("/l/lp-%e-%h-%p.jsonl", 42), "/l/lp-*-" + h + "-42.jsonl");
+  EXPECT_EQ(LogPathGlob("/l/[x]*?-%%-%p"), "/l/[[]x][*][?]-%-*");
+  EXPECT_EQ(LogPathGlob("a%"), "a%");
 }
 
 // ---------------------------------------------------------- CreateLogFile --
@@ -243,9 +256,18 @@ class CreateLogFileTest : public testing::TestWithParam<LogPathResolver> {
     s << f.rdbuf();
     return s.str();
   }
+  // Creates, after CheckLogPath said what the create would say: nothing for
+  // a create that works, its message for one refused (but for a name whose
+  // every suffix is taken, which only the create finds out).
   CreatedLogFile Create(const std::string& path) {
+    const std::string check = CheckLogPath(path, GetParam());
     CreatedLogFile f = CreateLogFile(path, GetParam());
     if (f.fd >= 0) fds_.push_back(f.fd);
+    if (f.fd >= 0) {
+      EXPECT_EQ(check, "") << path;
+    } else if (f.message.find("File exists") == std::string::npos) {
+      EXPECT_EQ(check, f.message) << path;
+    }
     return f;
   }
   // Refused: no descriptor, one line naming LAZYPIN_LOG and containing `why`.

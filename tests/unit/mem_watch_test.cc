@@ -501,6 +501,30 @@ TEST_F(MemWatchTest, RemappedAddressWatchedAgain) {
   munmap(q, 4 * kPage);
 }
 
+// While held (a fork being made), a large Unwatch is queued for the unwatch
+// thread, which makes it once let go; a Watch of the same pages right after
+// (the program registers the buffer again) is never undone by it.
+TEST_F(MemWatchTest, QueuedUnwatchNeverUndoesALaterWatch) {
+  const size_t pages = MemWatch::kUnwatchLaterFrom / kPage * 4;
+  char* p = MapAnon(pages);
+  for (size_t i = 0; i < pages; ++i) p[i * kPage] = 1;
+  for (int round = 0; round < 20; ++round) {
+    watch_->HoldUnwatches(true);
+    WatchPages(p, pages);
+    watch_->Unwatch(Addr(p), Addr(p) + pages * kPage);  // queued
+    usleep(round == 0 ? 20000 : 0);
+    if (round == 0) EXPECT_NE(watch_->WatchedRuns(), 0u) << "held: not made yet";
+    watch_->HoldUnwatches(false);
+    WatchPages(p, pages);  // maybe while the unwatch thread makes the queued one
+    ASSERT_EQ(syscall(SYS_madvise, p, kPage, MADV_DONTNEED), 0);
+    ExpectEvent(p, 1, "madvise after a queued Unwatch and a new Watch");
+    watch_->Unwatch(Addr(p), Addr(p) + pages * kPage);  // not held: made here
+  }
+  for (int i = 0; i < 500 && watch_->WatchedRuns() != 0; ++i) usleep(2000);
+  EXPECT_EQ(watch_->WatchedRuns(), 0u) << "every queued Unwatch made";
+  munmap(p, pages * kPage);
+}
+
 // The kernel (6.18) registers the mapped parts of a range with holes; a hole
 // is page_class's to report (kUnmapped), and the driver refuses to register it.
 TEST_F(MemWatchTest, HolesAreWatchedAroundAndFileMappingsRefused) {

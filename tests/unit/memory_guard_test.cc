@@ -13,6 +13,7 @@
 
 #include "fake_pool_driver.h"
 #include "gtest/gtest.h"
+#include "test_limits.h"
 #include "thread_state.h"
 
 namespace lazypin {
@@ -23,7 +24,7 @@ const Context kCtx = reinterpret_cast<Context>(0x11);
 class MemoryGuardTest : public ::testing::Test {
  protected:
   MemoryGuardTest()
-      : pool_(&driver_, &observer_, PoolLimits{}),
+      : pool_(&driver_, &observer_, DefaultPoolLimits()),
         guard_(&pool_, /*collector=*/nullptr) {}
 
   int Register(uintptr_t ptr, size_t bytes) {

@@ -145,6 +145,8 @@ TEST_P(PageClassTest, ForEachMappingAgreesAcrossMethods) {
     EXPECT_EQ(a[i].hi, b[i].hi);
     EXPECT_EQ(a[i].shared, b[i].shared) << std::hex << a[i].lo;
     EXPECT_EQ(a[i].has_file, b[i].has_file) << std::hex << a[i].lo;
+    EXPECT_EQ(a[i].readable, b[i].readable) << std::hex << a[i].lo;
+    EXPECT_EQ(a[i].writable, b[i].writable) << std::hex << a[i].lo;
   }
 }
 

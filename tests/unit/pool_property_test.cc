@@ -176,7 +176,7 @@ TEST(PoolStressTest, EightThreadsPrivateAndSharedRanges) {
   constexpr size_t kChunkBytes = 1365;  // odd: chunks share pages with neighbours
 
   ThreadSafeDriver driver;
-  PoolLimits limits;
+  PoolLimits limits = DefaultPoolLimits();
   limits.max_entries = 40;
   limits.max_bytes = 24 * kPage;
   Pool pool(&driver, nullptr, limits);

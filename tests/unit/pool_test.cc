@@ -34,7 +34,7 @@ using FakeObserver = FakePoolObserver;
 class PoolTest : public ::testing::Test {
  protected:
   void MakePool(PoolLimits limits) { pool_ = std::make_unique<Pool>(&driver_, &observer_, limits); }
-  void SetUp() override { MakePool(PoolLimits{}); }
+  void SetUp() override { MakePool(DefaultPoolLimits()); }
 
   // The program's register: the pool decides, `forward` is the driver's call.
   Outcome Reg(uintptr_t ptr, size_t bytes, unsigned flags = 0, Context ctx = kCtx1,
@@ -111,7 +111,7 @@ TEST_F(PoolTest, DifferentSizeFlagsOrContextAtTheSameBaseEvictsBeforeForwarding)
     SCOPED_TRACE(v.name);
     driver_ = FakeDriver();
     observer_ = FakeObserver();
-    MakePool(PoolLimits{});
+    MakePool(DefaultPoolLimits());
     Defer(kA, kPage, 0, kCtx1);
     driver_.log.clear();
     const Outcome out = Reg(kA, v.bytes, v.flags, v.ctx);
@@ -197,7 +197,7 @@ TEST_F(PoolTest, UnregisterOfAnInteriorPointer) {
 }
 
 TEST_F(PoolTest, EntryBoundEvictsLeastRecentlyUsedFirst) {
-  PoolLimits limits;
+  PoolLimits limits = DefaultPoolLimits();
   limits.max_entries = 2;
   MakePool(limits);
   Defer(kA, kPage);
@@ -219,7 +219,7 @@ TEST_F(PoolTest, EntryBoundEvictsLeastRecentlyUsedFirst) {
 }
 
 TEST_F(PoolTest, ByteBoundEvictsLeastRecentlyUsedFirst) {
-  PoolLimits limits;
+  PoolLimits limits = DefaultPoolLimits();
   limits.max_bytes = 5 * kPage;
   MakePool(limits);
   Defer(kA, 2 * kPage);
@@ -236,7 +236,7 @@ TEST_F(PoolTest, ByteBoundEvictsLeastRecentlyUsedFirst) {
 }
 
 TEST_F(PoolTest, TooLargeToPoolIsForwarded) {
-  PoolLimits limits;
+  PoolLimits limits = DefaultPoolLimits();
   limits.max_bytes = kPage;
   MakePool(limits);
   ASSERT_EQ(Reg(kA, 2 * kPage).result, 0);
@@ -247,7 +247,7 @@ TEST_F(PoolTest, TooLargeToPoolIsForwarded) {
   EXPECT_THAT(driver_.log, ElementsAre("unregister " + Hex(kA)));
   EXPECT_EQ(driver_.model.Find(kA), nullptr);
   // A pool with room for no entry forwards everything.
-  limits = PoolLimits{};
+  limits = DefaultPoolLimits();
   limits.max_entries = 0;
   MakePool(limits);
   ASSERT_EQ(Reg(kB, kPage).result, 0);
@@ -326,6 +326,16 @@ TEST_F(PoolTest, ReleaseAllBeforeForkReleasesDeferredAndKeepsInUse) {
   EXPECT_EQ(Evictions(EvictReason::kFork), 1u);
   EXPECT_NE(driver_.model.Find(kB), nullptr);
   EXPECT_EQ(Unreg(kB).action, Action::kDeferred);
+}
+
+TEST_F(PoolTest, ABatchOfReleasesWaitsOncePerContext) {
+  Defer(kA, kPage);
+  Defer(kB, kPage);
+  Defer(kC, kPage, 0, kCtx2);
+  EXPECT_EQ(pool_->ReleaseAll(EvictReason::kFork), 3);
+  EXPECT_THAT(driver_.eviction_ctx, ElementsAre(kCtx1, kCtx1, kCtx2));
+  EXPECT_THAT(driver_.after_wait, ElementsAre(false, true, false))
+      << "the second release of kCtx1 follows the first's wait; kCtx2's waits";
 }
 
 TEST_F(PoolTest, OutOfMemoryReleasesEverythingPooledAndRetriesOnce) {
@@ -417,7 +427,7 @@ TEST_F(PoolTest, DropContextForgetsEveryInUseEntryOfManyAdjacentOnes) {
   for (int n : {2, 3, 4, 7, 16, 100}) {
     SCOPED_TRACE(n);
     driver_ = FakeDriver();
-    MakePool(PoolLimits{});
+    MakePool(DefaultPoolLimits());
     for (int i = 0; i < n; ++i) {
       ASSERT_EQ(Reg(kA + i * kPage, kPage, 0, i % 3 == 2 ? kCtx2 : kCtx1).result, 0);
     }
@@ -439,7 +449,7 @@ TEST_F(PoolTest, DropDeviceResetForgetsEveryInUseEntryOfManyAdjacentOnes) {
   for (int n : {2, 3, 4, 7, 16, 100}) {
     SCOPED_TRACE(n);
     driver_ = FakeDriver();
-    MakePool(PoolLimits{});
+    MakePool(DefaultPoolLimits());
     for (int i = 0; i < n; ++i) ASSERT_EQ(Reg(kA + i * kPage, kPage, 0, kCtx1, 0).result, 0);
     EXPECT_EQ(pool_->DropDevice(0, /*forget_in_use=*/true), 0);
     driver_.model.DropContext(kCtx1);
@@ -457,7 +467,7 @@ TEST_F(PoolTest, ARegisterTheDriverAcceptsReplacesStaleOverlappingEntries) {
   for (int n : {2, 3, 5, 16, 60}) {
     SCOPED_TRACE(n);
     driver_ = FakeDriver();
-    MakePool(PoolLimits{});
+    MakePool(DefaultPoolLimits());
     for (int i = 0; i < n; ++i) ASSERT_EQ(Reg(kA + i * kPage, kPage).result, 0);
     driver_.model.DropContext(kCtx1);  // behind the pool's back
     const Outcome big = Reg(kA, n * kPage);
@@ -538,7 +548,7 @@ TEST_F(PoolTest, AbandonAfterForkPassesEverythingThrough) {
 }
 
 TEST_F(PoolTest, CheckFramesTurnsAHitOnMovedPagesIntoAMiss) {
-  PoolLimits limits;
+  PoolLimits limits = DefaultPoolLimits();
   limits.check_frames = true;
   MakePool(limits);
   Defer(kA, kPage);

@@ -65,6 +65,22 @@ TEST(PrefaultTest, OnlyLargeWritablePrivateAnonymousMemory) {
   munmap(shared, big);
 }
 
+TEST(PrefaultTest, NothingForARangeTheDriverWouldRefuse) {
+  // One PROT_NONE (or read-only) page anywhere: the register fails, and
+  // nothing may be faulted in for it (past that page the driver never goes).
+  const size_t big = 2 * kPrefaultMinBytes;
+  for (int prot : {PROT_NONE, PROT_READ}) {
+    void* anon = mmap(nullptr, big, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(anon, MAP_FAILED);
+    const auto a = reinterpret_cast<uintptr_t>(anon);
+    ASSERT_EQ(mprotect(static_cast<char*>(anon) + big / 4, 4096, prot), 0);
+    EXPECT_FALSE(ShouldPrefault(a, a + big, 0, 4)) << prot;
+    EXPECT_TRUE(ShouldPrefault(a + big / 2, a + big, 0, 4)) << "the part past it is fine";
+    EXPECT_EQ(Resident(anon, big), 0u);
+    munmap(anon, big);
+  }
+}
+
 TEST(PrefaultTest, ARangeItCannotFaultInIsLeftAsItWas) {
   const size_t big = kPrefaultMinBytes;
   void* ro = mmap(nullptr, big, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

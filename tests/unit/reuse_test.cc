@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,46 @@ TEST(GlibcFreshUsable, CoversWhatThisGlibcReturns) {
 
 TEST(GlibcFreshUsable, RefusesWhatGlibcRefuses) {
   EXPECT_EQ(GlibcFreshUsable(~size_t{0} - 10, 0, 4096).count, 0);
+}
+
+TEST(GlibcChunkOf, ReadsWhatMallocUsableSizeGivesAndRejectsInteriorPointers) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  for (size_t n : {size_t{24}, size_t{4000}, size_t{100000}, size_t{1} << 20, size_t{5} << 20}) {
+    void* p = malloc(n);
+    const GlibcChunk c = GlibcChunkOf(p, page);
+    EXPECT_EQ(c.usable, malloc_usable_size(p)) << n;
+    EXPECT_TRUE(c.servable) << n;
+    if (c.mmapped) EXPECT_EQ((c.usable + 16) % page, 0u) << n;  // a mapping of whole pages
+    free(p);
+  }
+  void* aligned = memalign(page, size_t{1} << 20);
+  EXPECT_EQ(GlibcChunkOf(aligned, page).usable, malloc_usable_size(aligned));
+  EXPECT_TRUE(GlibcChunkOf(aligned, page).servable) << "a page's lead";
+  free(aligned);
+  // An alignment above a page: a lead of k pages less 16, which only the
+  // first k looks like a page's.
+  void* big = memalign(size_t{2} << 20, size_t{1} << 20);
+  const GlibcChunk b = GlibcChunkOf(big, page);
+  EXPECT_EQ(b.usable, malloc_usable_size(big));
+  if (b.mmapped) {  // else from the heap: the 5 MiB free above raised the threshold
+    size_t lead;
+    memcpy(&lead, static_cast<char*>(big) - 16, sizeof lead);
+    EXPECT_EQ(b.servable, lead == page - 16) << lead;
+  }
+  free(big);
+  // free(p + 8192) of a zeroed block: a size of 0, which glibc rejects.
+  auto* z = static_cast<char*>(calloc(1, size_t{1} << 20));
+  EXPECT_EQ(GlibcChunkOf(z + 8192, page).usable, 0u);
+  memset(z + 8192 - 8, 0x41, 8);  // a size glibc cannot take either
+  EXPECT_EQ(GlibcChunkOf(z + 8192, page).usable, 0u);
+  free(z);
+}
+
+TEST(GlibcFreshUsable, FollowsTheMmapFloor) {
+  const FreshSizes dynamic = GlibcFreshUsable(size_t{1} << 20, 0, 4096);
+  const FreshSizes raised = GlibcFreshUsable(size_t{1} << 20, 0, 4096, size_t{32} << 20);
+  EXPECT_EQ(dynamic.count, raised.count + 1) << "the mmapped size only at or above the floor";
+  EXPECT_EQ(GlibcFreshUsable(size_t{1} << 20, 0, 4096, kGlibcNoMmap).count, raised.count);
 }
 
 TEST(ParkIndex, TakesBySizeThenAlignment) {
@@ -126,7 +167,7 @@ const Context kCtx = reinterpret_cast<Context>(0x11);
 
 class ReusePoolTest : public ::testing::Test {
  protected:
-  void SetUp() override { Make(PoolLimits{}); }
+  void SetUp() override { Make(DefaultPoolLimits()); }
   void Make(PoolLimits limits) {
     pool_ = std::make_unique<Pool>(&driver_, nullptr, limits);
     g_log = &driver_.log;
@@ -190,7 +231,7 @@ TEST_F(ReusePoolTest, ParksOnlyAWholeDeferredEntryBasedAtTheBlock) {
   EXPECT_FALSE(pool_->Park(kA, kBytes - 1)) << "an entry longer than the block";
   EXPECT_TRUE(pool_->Park(kA, kUsable));
   EXPECT_FALSE(pool_->Park(kA, kUsable)) << "already parked";
-  Pool off(&driver_, nullptr, PoolLimits{});
+  Pool off(&driver_, nullptr, DefaultPoolLimits());
   EXPECT_FALSE(off.Park(kA, kUsable)) << "reuse not enabled";
 }
 
@@ -206,7 +247,7 @@ TEST_F(ReusePoolTest, ReleasedParkedBlockIsUnregisteredThenFreed) {
 }
 
 TEST_F(ReusePoolTest, BoundsCountParkedBlocks) {
-  PoolLimits limits;
+  PoolLimits limits = DefaultPoolLimits();
   limits.max_entries = 1;
   Make(limits);
   DeferAndPark(kA);
@@ -219,7 +260,7 @@ TEST_F(ReusePoolTest, BoundsCountParkedBlocks) {
 }
 
 TEST_F(ReusePoolTest, ParksWithinTheByteBound) {
-  pool_ = std::make_unique<Pool>(&driver_, nullptr, PoolLimits{});
+  pool_ = std::make_unique<Pool>(&driver_, nullptr, DefaultPoolLimits());
   pool_->EnableReuse(ReuseHooks{&RecordFree, &gauge_, kUsable + kUsable / 2});
   DeferAndPark(kA);
   ASSERT_EQ(Reg(kB, kBytes).action, Action::kMiss);
@@ -257,6 +298,31 @@ TEST_F(ReusePoolTest, ReleaseParkedForAnAllocationThatFailed) {
   EXPECT_EQ(driver_.log, (std::vector<std::string>{"unregister 0x100010", "free 0x100010"}));
   EXPECT_EQ(gauge_.load(), 0);
   EXPECT_EQ(pool_->Counters().pooled_entries, 1u);
+}
+
+TEST_F(ReusePoolTest, ReleaseParkedInARangeAndHoldsParked) {
+  DeferAndPark(kA);
+  ASSERT_EQ(Reg(kB, kBytes).action, Action::kMiss);
+  ASSERT_EQ(Unreg(kB).action, Action::kDeferred);
+  ASSERT_TRUE(pool_->Park(kB, kUsable));
+  EXPECT_TRUE(pool_->HoldsParked(kA));
+  EXPECT_FALSE(pool_->HoldsParked(kA + 16));
+  driver_.log.clear();
+  EXPECT_EQ(pool_->ReleaseParked(EvictReason::kMmapFixed, kB + 4096, kB + 8192), 1);
+  EXPECT_EQ(driver_.log, (std::vector<std::string>{"unregister 0x900010", "free 0x900010"}));
+  EXPECT_TRUE(pool_->HoldsParked(kA));
+  EXPECT_FALSE(pool_->HoldsParked(kB));
+}
+
+TEST_F(ReusePoolTest, YieldWatchReleasesDeferredAndPassesInUseThrough) {
+  DeferAndPark(kA);
+  ASSERT_EQ(Reg(kB, kBytes).action, Action::kMiss);
+  driver_.log.clear();
+  EXPECT_EQ(pool_->YieldWatch(kA, kB + kBytes, EvictReason::kUserfaultfd), 2);
+  EXPECT_EQ(driver_.log, (std::vector<std::string>{"unregister 0x100010", "free 0x100010"}));
+  // The in-use one is no longer watched: its unregister is the driver's.
+  EXPECT_EQ(Unreg(kB).action, Action::kPassthrough);
+  EXPECT_EQ(pool_->Counters().pooled_entries, 0u);
 }
 
 TEST_F(ReusePoolTest, ForkChildNeverServes) {

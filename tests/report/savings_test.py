@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""savings_test BUILD_DIR: one definition of what the pool saved, shown alike.
+
+Runs programs of the build on the simulated CUDA stack under the shim in
+defer mode (single-buffer loops, the seed, many buffers, a pool too small
+for them, release at exit, a Python client through ctypes) and holds:
+  - the shim's exit summary line ("pool: ..., saved X +/- Y (estimated ...)")
+    and the report of that one log print the same saving text;
+  - the report of the directory of all those logs prints, per process, the
+    same figure, and as the run's figure their sum;
+  - a log bounded by LAZYPIN_LOG_MAX stays small, and its report's tables
+    (calls, errors, bytes, total, percentiles per API and size class) are the
+    shim's exact summary, its saving the exit summary's;
+  - --compare of a log-mode run of the same program with its defer run gives
+    a measured figure and refuses runs of other programs or arguments unless
+    --force, naming what differs.
+Exit 77 (skipped) where the build lacks the simulated stack. Standard library only."""
+
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPORT = os.path.join(HERE, "..", "..", "scripts", "lazypin_report.py")
+
+PY_CLIENT = r"""
+import ctypes, sys
+rt = ctypes.CDLL("libcudart.so.13")
+buf = ctypes.create_string_buffer(1 << 20)
+for _ in range(int(sys.argv[1])):
+    assert rt.cudaHostRegister(buf, 1 << 20, 0) == 0
+    assert rt.cudaHostUnregister(buf) == 0
+"""
+
+POOL_LINE = re.compile(r"^lazypin: pool: .*? evicted, peak \d+ entries / \d+ bytes, (.*)$", re.M)
+
+
+def fail(msg):
+    sys.exit("FAIL: " + msg)
+
+
+def run_app(build, d, name, argv, mode="defer", **env):
+    e = {k: v for k, v in os.environ.items() if not k.startswith("LAZYPIN_") and k != "LD_PRELOAD"}
+    e.update(LD_PRELOAD=os.path.join(build, "shim", "liblazypin.so"),
+             LD_LIBRARY_PATH=os.path.join(build, "simcuda"),
+             LAZYPIN_MODE=mode, LAZYPIN_LOG=os.path.join(d, "%s-%s-%%p.jsonl" % (name, mode)),
+             SIMCUDA_SLEEP_SCALE="0.2")
+    e.update(env)
+    r = subprocess.run(argv, capture_output=True, text=True, env=e, timeout=120)
+    if r.returncode != 0:
+        fail("%s: rc %d\n%s" % (name, r.returncode, r.stderr[-2000:]))
+    logs = glob.glob(os.path.join(d, "%s-%s-*.jsonl" % (name, mode)))
+    if len(logs) != 1:
+        fail("%s: logs %r" % (name, logs))
+    return logs[0], r.stderr
+
+
+def report(*args):
+    r = subprocess.run([sys.executable, REPORT] + list(args), capture_output=True, text=True,
+                       timeout=120)
+    return r
+
+
+def report_json(*args):
+    r = report("--json", *args)
+    if r.returncode != 0:
+        fail("report %s: %s" % (args, r.stderr))
+    return json.loads(r.stdout)
+
+
+def main(build):
+    if not os.path.isfile(os.path.join(build, "simcuda", "libcudart.so.13")):
+        print("no simulated CUDA stack in %s: skipped" % build)
+        return 77
+    apps = os.path.join(build, "testapps")
+    cases = [
+        ("loop", [os.path.join(apps, "loop_shared"), "--sizes", "64K,1M,4M", "--iters", "40",
+                  "--modes", "reg"], {}),
+        ("seed", [os.path.join(apps, "seed_shared"), "--repeat", "5"], {}),
+        ("many", [os.path.join(apps, "many_shared"), "--quick"], {}),
+        # a pool of one entry: deferrals evict inside the call
+        ("small", [os.path.join(apps, "loop_shared"), "--sizes", "64K,1M", "--iters", "30",
+                   "--modes", "reg"], {"LAZYPIN_POOL_ENTRIES": "1"}),
+        ("atexit", [os.path.join(apps, "loop_shared"), "--sizes", "1M", "--iters", "30",
+                    "--modes", "reg"], {"LAZYPIN_RELEASE_AT_EXIT": "1"}),
+        ("python", [sys.executable, "-c", PY_CLIENT, "200"], {}),
+    ]
+    with tempfile.TemporaryDirectory(prefix="lazypin-savings-") as d:
+        shim_texts = {}
+        for name, argv, env in cases:
+            if not os.path.exists(argv[0]):
+                print("skipping %s: %s not built" % (name, argv[0]))
+                continue
+            log, err = run_app(build, d, name, argv, **env)
+            m = POOL_LINE.search(err)
+            if not m:
+                fail("%s: no pool line in the exit summary:\n%s" % (name, err))
+            shim_text = m.group(1)
+            doc = report_json(log)
+            if doc["pool"]["saving"]["text"] != shim_text:
+                fail("%s: the exit summary says %r, the report %r"
+                     % (name, shim_text, doc["pool"]["saving"]["text"]))
+            text = report(log).stdout
+            if shim_text not in text:
+                fail("%s: the report's text lacks %r" % (name, shim_text))
+            summary = [json.loads(l) for l in open(log) if '"type":"summary"' in l][0]
+            mine = doc["processes"][0]["saving"]
+            for k, v in summary["pool"]["saving"].items():
+                # float order may differ by a nanosecond, never more
+                if abs(v - mine[k]) > (2 if k.endswith("_ns") else 0):
+                    fail("%s: summary record %r, report %r" % (name, summary["pool"]["saving"], mine))
+            shim_texts[os.path.basename(log)] = (shim_text, mine)
+            print("ok %-7s %s" % (name, shim_text))
+        # the directory: per process the same figures, the run's their sum
+        doc = report_json(d)
+        total = 0
+        for p in doc["processes"]:
+            text, sv = shim_texts[os.path.basename(p["file"])]
+            if p["saving"]["saved_ns"] != sv["saved_ns"]:
+                fail("%s: alone %d, in the directory %d" % (p["file"], sv["saved_ns"],
+                                                           p["saving"]["saved_ns"]))
+            total += sv["saved_ns"] if sv["estimable"] else 0
+        if doc["pool"]["saving"]["saved_ns"] != total:
+            fail("directory: %d, the processes' sum %d" % (doc["pool"]["saving"]["saved_ns"], total))
+        text = report(d).stdout
+        if "saving not estimable" in text.split("== pool")[1].split("==")[0] and doc["pool"]["saving"]["estimable"]:
+            fail("the directory report calls an estimable saving not estimable:\n" + text)
+        print("ok directory: %s" % doc["pool"]["saving"]["text"])
+
+        # a bounded log: per-call records stop, the tables stay exact
+        bounded = os.path.join(d, "bounded")
+        os.mkdir(bounded)
+        log, err = run_app(build, bounded, "loop", [os.path.join(apps, "loop_shared"), "--sizes",
+                           "64K,1M", "--iters", "400", "--modes", "reg"], LAZYPIN_LOG_MAX="64K")
+        if os.path.getsize(log) > 96 << 10:
+            fail("bounded log of %d bytes" % os.path.getsize(log))
+        kinds = [json.loads(l)["type"] for l in open(log)]
+        if kinds.count("log_cut") != 1 or kinds.count("tally") < 1 or kinds[-1] != "summary":
+            fail("bounded log's records: %r" % sorted(set(kinds)))
+        summary = [json.loads(l) for l in open(log) if '"type":"summary"' in l][0]
+        doc = report_json(log)
+        for table, key in (("apis", "apis"), ("size_classes", "size_classes")):
+            for name, want in summary[key].items():
+                label = name
+                got = doc[table].get(label)
+                if got is None:
+                    fail("bounded: %s %s missing from the report" % (table, name))
+                for k in ("calls", "errors", "bytes", "total_ns", "p50_ns", "p90_ns", "p99_ns", "max_ns"):
+                    if k == "bytes" and table == "apis" and "Unregister" in name:
+                        continue
+                    if got[k] != want[k]:
+                        fail("bounded: %s %s %s: report %r, shim %r" % (table, name, k, got[k], want[k]))
+        m = POOL_LINE.search(err)
+        if not m or doc["pool"]["saving"]["text"] != m.group(1):
+            fail("bounded: saving %r vs %r" % (doc["pool"]["saving"]["text"], m and m.group(1)))
+        if not any("per-call records end at" in w["message"] for w in doc["warnings"]):
+            fail("bounded: the report does not say where the timeline ends")
+        print("ok bounded log: %d bytes, tables exact" % os.path.getsize(log))
+
+        # --compare: the same program bare, then refused against another
+        argv = cases[0][1]
+        bare, _ = run_app(build, d, "loop", argv, mode="log")
+        pooled = [f for f in glob.glob(os.path.join(d, "loop-defer-*.jsonl"))][0]
+        c = report_json(bare, "--compare", pooled)["comparison"]
+        if c["saving"] is None or c["saving"]["pooled_run"] != "other":
+            fail("--compare gave no measured saving: %r" % c["saving"])
+        print("ok compare: measured %d ns, estimated %s" % (c["saving"]["saved_ns"],
+                                                            c["saving"]["estimate_text"]))
+        other = glob.glob(os.path.join(d, "seed-defer-*.jsonl"))[0]
+        r = report(bare, "--compare", other)
+        if r.returncode != 2 or "programs: A loop_shared, B seed_shared" not in r.stderr:
+            fail("--compare of other programs: rc %d, %r" % (r.returncode, r.stderr))
+        r = report(bare, "--compare", other, "--force")
+        if r.returncode != 0 or "A and B differ" not in r.stdout:
+            fail("--compare --force: rc %d\n%s%s" % (r.returncode, r.stdout, r.stderr))
+        print("ok compare refuses other programs, --force names the difference")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
