@@ -142,6 +142,9 @@ const char* CopyChanged(void* buf, size_t n, uint64_t seed) {
   if (g_dtoh) {
     tapp::fill_full(g_check, n, seed + 1000);
     CHECK(cudaMemcpy(g_dev, g_check, n, cudaMemcpyHostToDevice));
+    // A copy from pageable memory may return before its DMA ends, and an
+    // async copy on another stream is not ordered after it: wait for it.
+    CHECK(cudaDeviceSynchronize());
     Copy(buf, g_dev, n, cudaMemcpyDeviceToHost);
   } else {
     Copy(g_dev, buf, n, cudaMemcpyHostToDevice);

@@ -144,6 +144,12 @@ bool Collector::WaitDone(const std::atomic<uint32_t>& done_word, uint32_t ticket
   }
 }
 
+uint64_t Collector::PollTarget() const {
+  uint64_t kept = pool_->Counters().parked_bytes;
+  if (host_cache_ != nullptr) kept += host_cache_->Counters().cached_bytes;
+  return budget_->margin() + kept;
+}
+
 void Collector::Yield(uint64_t headroom) {
   while (budget_->ShortOf(headroom) > 0) {
     if (host_cache_ != nullptr && host_cache_->ReleaseOldest(EvictReason::kPressure)) continue;
@@ -259,7 +265,10 @@ void Collector::Run() {
       if (kept) kept_seen_ms_ = now_ms;
       polling = kept_seen_ms_ != 0 && now_ms - kept_seen_ms_ < kPollGraceMs;
       budget_->SetPolling(polling);
-      if (kept && budget_->ShortOf(budget_->margin()) > 0) Yield(budget_->margin());
+      if (kept) {
+        const uint64_t target = PollTarget();
+        if (budget_->ShortOf(target) > 0) Yield(target);
+      }
     }
     if (idle_ms_ > 0) {
       const int64_t now_ms = MonotonicMs();

@@ -119,6 +119,13 @@ class Collector {
   // driver holds them; each costs 16 bytes here, none in the block).
   static constexpr size_t kSlots = 4096;
 
+  // The headroom the poll keeps while anything is kept: the margin plus
+  // everything kept. Releasing takes time (the driver unpins a freed host
+  // block: 455 ms for 3.5 GiB on the H200), during which a program touching
+  // memory it mapped earlier grows unannounced; starting that early lets a
+  // program growing at up to (kept / release time) lose nothing to lazypin.
+  uint64_t PollTarget() const;
+
  private:
   // One pending free: `block` is 0 (free), kClaimed (being filled by a
   // HandOver) or the block's address (published, `bytes` valid).

@@ -94,6 +94,7 @@ MemoryProbe::MemoryProbe(const char* limit_path, const char* usage_path,
   snprintf(usage_path_, sizeof(usage_path_), "%s", usage_path);
   if (limit_path[0] != '\0') limit_fd_ = open(limit_path, O_RDONLY | O_CLOEXEC);
   if (usage_path[0] != '\0') usage_fd_ = open(usage_path, O_RDONLY | O_CLOEXEC);
+  snprintf(meminfo_path_, sizeof(meminfo_path_), "%s", "");
   if (meminfo_path[0] != '\0') meminfo_fd_ = open(meminfo_path, O_RDONLY | O_CLOEXEC);
 }
 
@@ -110,14 +111,29 @@ uint64_t MemoryProbe::Limit() const {
   return limit > 0 && static_cast<uint64_t>(limit) < ram ? static_cast<uint64_t>(limit) : ram;
 }
 
+namespace {
+
+// `fd` if open, else `path` opened for this one reading.
+int64_t ReadHeldOr(int fd, const char* path, const char* key) {
+  if (fd >= 0) return ReadNumber(fd, key);
+  if (path[0] == '\0') return -1;
+  const int own = open(path, O_RDONLY | O_CLOEXEC);
+  if (own < 0) return -1;
+  const int64_t v = ReadNumber(own, key);
+  close(own);
+  return v;
+}
+
+}  // namespace
+
 int64_t MemoryProbe::Headroom() const {
   int64_t headroom = INT64_MAX;
-  const int64_t limit = ReadNumber(limit_fd_, nullptr);  // -1: "max", no limit
+  const int64_t limit = ReadHeldOr(limit_fd_, limit_path_, nullptr);  // -1: "max", no limit
   if (limit > 0) {
-    const int64_t usage = ReadNumber(usage_fd_, nullptr);
+    const int64_t usage = ReadHeldOr(usage_fd_, usage_path_, nullptr);
     if (usage >= 0) headroom = limit - usage;
   }
-  const int64_t available_kb = ReadNumber(meminfo_fd_, "MemAvailable:");
+  const int64_t available_kb = ReadHeldOr(meminfo_fd_, meminfo_path_, "MemAvailable:");
   if (available_kb >= 0 && available_kb < INT64_MAX / 1024) {
     headroom = headroom < available_kb * 1024 ? headroom : available_kb * 1024;
   }

@@ -40,6 +40,7 @@ class MemoryProbe {
  private:
   char limit_path_[640] = "";
   char usage_path_[640] = "";
+  char meminfo_path_[64] = "/proc/meminfo";
   int limit_fd_ = -1, usage_fd_ = -1, meminfo_fd_ = -1;
 };
 

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "host_alloc_cache.h"
 #include "memory_limit.h"
+#include "test_limits.h"
 
 namespace lazypin {
 namespace {
@@ -124,7 +125,7 @@ TEST(MemoryBudgetTest, TheHostCacheKeepsByTheBudgetAndYieldsOldestFirst) {
   std::atomic<int64_t> gauge{0};
   MemoryBudget budget(&MemoryProbe::HeadroomOf, &probe, 100 * kM, &gauge);
   Driver driver;
-  HostAllocLimits limits;
+  HostAllocLimits limits = DefaultHostAllocLimits();
   limits.budget = &budget;
   HostAllocCache cache(&driver, nullptr, limits);
   const Context ctx = reinterpret_cast<Context>(0x1);

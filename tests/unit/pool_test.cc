@@ -657,7 +657,7 @@ class SlowUnregisterDriver final : public PoolDriver {
 TEST(PoolCopyTest, ACopyWaitsForAnEvictionOfItsMemoryInProgress) {
   SlowUnregisterDriver driver;
   FakeObserver observer;
-  Pool pool(&driver, &observer, PoolLimits{});
+  Pool pool(&driver, &observer, DefaultPoolLimits());
   const RegisterRequest req{kA, 4 * kPage, 0, kCtx1, 0};
   ASSERT_EQ(pool.Register(req, [&] { return driver.model.Register(kA, 4 * kPage, 0, kCtx1); }).result, 0);
   ASSERT_EQ(pool.Unregister(kA, [&] { return driver.model.Unregister(kA); }).action, Action::kDeferred);
