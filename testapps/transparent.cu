@@ -18,6 +18,13 @@
 //             spin kernel: host-to-device then an immediate memset (the device
 //             must get the bytes as of the call); device-to-host then an
 //             immediate read (must be complete). One pinned control line.
+//   hostwait  a registered-then-unregistered buffer (64 KiB, 4 MiB, 20 MiB;
+//             cudaMemcpyAsync, cuMemcpyHtoDAsync) as the source of an async
+//             host-to-device copy behind a spin kernel: cudaStreamQuery right
+//             after (a pageable copy does not wait for the stream: 600), and
+//             the same behind a host function that waits (at most 5 s) for a
+//             flag the program sets only after the copy returned: the copy
+//             must not wait for it
 //   remap     free / munmap while registered, then the unregister, then the
 //             address mapped again: register, copy, verify
 //   noctx     driver API: the unregister with no current context, then with one
@@ -45,6 +52,7 @@
 #include <sys/mman.h>
 #include <sys/wait.h>
 
+#include <atomic>
 #include <string>
 #include <thread>
 
@@ -53,7 +61,7 @@ extern char** environ;
 namespace {
 
 const char* kUsage = "usage: transparent [--case NAME] [--kernel-ms 100] [--fork-bytes 256M]\n";
-const char* kCases[] = {"wait", "pageable", "remap", "noctx", "primary",
+const char* kCases[] = {"wait", "pageable", "hostwait", "remap", "noctx", "primary",
                         "thread", "mprotect", "fork", "capture"};
 
 constexpr size_t kMiB = 1 << 20;
@@ -247,6 +255,68 @@ int copy_async(Form f, void* dst, const void* src, size_t n, bool h2d, cudaStrea
     }
   }
   return -1;
+}
+
+// ------------------------------------------------------------- hostwait ----
+struct HostWait {
+  std::atomic<bool> flag{false};
+  std::atomic<int> waited{-1};  // -1 not run yet, 1 saw the flag, 0 gave up after 5 s
+};
+
+void CUDART_CB wait_for_flag(void* p) {
+  HostWait* w = static_cast<HostWait*>(p);
+  const double t0 = tapp::now_us();
+  while (!w->flag.load() && tapp::now_us() - t0 < 5e6) usleep(100);
+  w->waited = w->flag.load() ? 1 : 0;
+}
+
+void case_hostwait() {
+  cudaStream_t s;
+  rt_setup(&s);
+  const size_t max = 20 * kMiB;
+  void* dev = nullptr;
+  CHECK(cudaMalloc(&dev, max));
+  unsigned char* ref = static_cast<unsigned char*>(tapp::alloc_aligned(max));
+  unsigned char* check = static_cast<unsigned char*>(tapp::alloc_aligned(max));
+  for (size_t n : {size_t{64} << 10, 4 * kMiB, 20 * kMiB}) {
+    const std::string sz = tapp::size_name(n);
+    unsigned char* h = static_cast<unsigned char*>(tapp::alloc_aligned(n));
+    std::memset(h, 0, n);
+    int rr = cudaHostRegister(h, n, 0);
+    int ru = cudaHostUnregister(h);
+    out("%s: register=%d unregister=%d", sz.c_str(), rr, ru);
+    for (Form f : {Form::kRt, Form::kDrv}) {
+      for (bool host_fn : {false, true}) {
+        tapp::fill_full(h, n, n + static_cast<int>(f) + (host_fn ? 7 : 0));
+        std::memcpy(ref, h, n);
+        CHECK(cudaDeviceSynchronize());
+        spin_on(s);
+        HostWait w;
+        int rl = host_fn ? cudaLaunchHostFunc(s, wait_for_flag, &w) : 0;
+        const double t0 = tapp::now_us();
+        int rc = copy_async(f, dev, h, n, true, s);
+        const double copy_us = tapp::now_us() - t0;
+        int rq = cudaStreamQuery(s);
+        std::memset(h, 0xAB, n);
+        w.flag = true;
+        CHECK(cudaStreamSynchronize(s));
+        CHECK(cudaMemcpy(check, dev, n, cudaMemcpyDeviceToHost));
+        std::fprintf(stderr, "hostwait %s %s host_fn=%d copy_us=%.0f\n", sz.c_str(),
+                     form_name(f), host_fn, copy_us);
+        if (host_fn) {
+          out("%s %s h2d behind a waiting host function: launch=%d copy=%d query=%d "
+              "host function=%s device=%s",
+              sz.c_str(), form_name(f), rl, rc, rq,
+              w.waited == 1 ? "saw the flag" : "gave up", h2d_verdict(check, ref, n, 0xAB));
+        } else {
+          out("%s %s h2d behind a kernel: copy=%d query=%d device=%s", sz.c_str(), form_name(f),
+              rc, rq, h2d_verdict(check, ref, n, 0xAB));
+        }
+      }
+    }
+    std::free(h);
+  }
+  CHECK(cudaFree(dev));
 }
 
 void case_pageable() {
@@ -606,6 +676,7 @@ int run_case(const std::string& name, const tapp::Args& args) {
   g_case = name;
   if (name == "wait") case_wait();
   else if (name == "pageable") case_pageable();
+  else if (name == "hostwait") case_hostwait();
   else if (name == "remap") case_remap();
   else if (name == "noctx") case_noctx();
   else if (name == "primary") case_primary();

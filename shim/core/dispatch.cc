@@ -156,9 +156,21 @@ void Dispatch::AfterPrimaryContextRelease(int device, Context primary) {
   DropPrimary(device, primary, /*forget_in_use=*/true);
 }
 
-void Dispatch::SynchronizeIfDeferred(uintptr_t lo, uintptr_t hi, void* stream) {
+bool Dispatch::StreamIdle(void* stream) {
   ScopedInsideLazypin inside;
-  if (pool_->HoldsDeferred(lo, hi)) env_->SynchronizeStream(stream);
+  return env_->StreamIdle(stream);
+}
+
+bool Dispatch::HoldsDeferred(uintptr_t lo, uintptr_t hi) {
+  ScopedInsideLazypin inside;
+  return pool_->HoldsDeferred(lo, hi);
+}
+
+void Dispatch::SynchronizeIfDeferred(uintptr_t lo, uintptr_t hi, void* stream) {
+  if (HoldsDeferred(lo, hi)) {
+    ScopedInsideLazypin inside;
+    env_->SynchronizeStream(stream);
+  }
 }
 
 void Dispatch::ApplyPageChangesBeforeCopy(uintptr_t lo, uintptr_t hi) {

@@ -84,6 +84,12 @@ class DispatchEnv {
   // Waits for the work queued on `stream` (a copy just submitted to it),
   // unless the stream is being captured.
   virtual void SynchronizeStream(void* stream) = 0;
+  // Whether `stream` has no work in flight (cuStreamQuery: 0), nor work it
+  // would wait for (the legacy default stream's, unless it is non-blocking;
+  // the null stream counts as legacy, the conservative choice). Asked only
+  // where no capture is in progress anywhere (a query could invalidate one);
+  // false when unknown.
+  virtual bool StreamIdle(void* stream) { return false; }
 };
 
 // Open while a runtime call is in cudart: the driver calls cudart makes on
@@ -161,12 +167,28 @@ class Dispatch {
   // An async copy touching host memory [lo, hi) was just queued on `stream`:
   // if the program unregistered that memory (a deferred entry), it is
   // pageable to the program, and a pageable copy has completed (or staged
-  // its source) when the call returns, so the stream is synchronized.
+  // its source) when the call returns, so the stream is synchronized. The
+  // 1D host-to-device forms stage their source instead (CopiesFromDeferred),
+  // and reach this only where staging failed.
   // Inline: nothing deferred costs one relaxed load.
   void AfterAsyncCopy(uintptr_t lo, uintptr_t hi, void* stream) {
     if (pool_ == nullptr || !pool_->MaybeHolds(lo, hi)) return;
     SynchronizeIfDeferred(lo, hi, stream);
   }
+
+  // An async host-to-device copy from host memory [lo, hi) is about to be
+  // queued: true if the program unregistered (part of) it (a deferred
+  // entry). A pageable source is taken as of the call without waiting for
+  // the stream, so the hook copies it through lazypin's own scratch
+  // (hooks_driver.cc, StagedHtoD) rather than synchronizing the stream.
+  // Inline: nothing deferred costs one relaxed load.
+  bool CopiesFromDeferred(uintptr_t lo, uintptr_t hi) {
+    return pool_ != nullptr && pool_->MaybeHolds(lo, hi) && HoldsDeferred(lo, hi);
+  }
+  // Whether `stream` has no work in flight (DispatchEnv::StreamIdle): then
+  // such a copy may run pinned and be waited for (AfterAsyncCopy), a wait
+  // for nothing but itself.
+  bool StreamIdle(void* stream);
 
   // A copy is about to move host memory [lo, hi) (every copy form,
   // hooks_driver.cc). The driver copies through a registration it holds, so
@@ -200,6 +222,7 @@ class Dispatch {
   // The implicit wait before a deferral (see the constructor): false if the
   // unregister must be forwarded.
   bool WaitBeforeDefer(Context ctx);
+  bool HoldsDeferred(uintptr_t lo, uintptr_t hi);
   void SynchronizeIfDeferred(uintptr_t lo, uintptr_t hi, void* stream);
   void ApplyPageChangesBeforeCopy(uintptr_t lo, uintptr_t hi);
   void ReleaseForGraph(uintptr_t lo, uintptr_t hi);

@@ -20,6 +20,8 @@ real::Lazy<CUresult (*)(CUcontext*)> g_ctx_pop;
 real::Lazy<CUresult (*)(CUdevice, unsigned*, int*)> g_primary_get_state;
 real::Lazy<CUresult (*)(CUstream, CUstreamCaptureStatus*)> g_stream_is_capturing;
 real::Lazy<CUresult (*)(CUstream)> g_stream_synchronize;
+real::Lazy<CUresult (*)(CUstream)> g_stream_query;
+real::Lazy<CUresult (*)(CUstream, unsigned*)> g_stream_get_flags;
 real::Lazy<CUresult (*)(CUstreamCaptureMode*)> g_capture_mode;
 
 }  // namespace
@@ -105,6 +107,21 @@ void CudaEnv::SynchronizeStream(void* stream) {
   const CUstream s = static_cast<CUstream>(stream);
   if (is_capturing(s, &status) != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE) return;
   synchronize(s);
+}
+
+bool CudaEnv::StreamIdle(void* stream) {
+  if (Captures().Any()) return false;
+  auto query = g_stream_query.Get(&real::Driver, "cuStreamQuery");
+  auto get_flags = g_stream_get_flags.Get(&real::Driver, "cuStreamGetFlags");
+  const CUstream s = static_cast<CUstream>(stream);
+  if (query == nullptr || get_flags == nullptr || query(s) != CUDA_SUCCESS) return false;
+  // A blocking stream's copy also waits for the legacy default stream's work.
+  unsigned flags = 0;
+  if (s != nullptr && s != CU_STREAM_LEGACY && s != CU_STREAM_PER_THREAD &&
+      get_flags(s, &flags) == CUDA_SUCCESS && (flags & CU_STREAM_NON_BLOCKING) != 0) {
+    return true;
+  }
+  return s == CU_STREAM_LEGACY || query(CU_STREAM_LEGACY) == CUDA_SUCCESS;
 }
 
 int CudaEnv::DriverVersion() {

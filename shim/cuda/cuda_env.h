@@ -21,6 +21,7 @@ class CudaEnv : public DispatchEnv {
   Context ActivePrimaryContext(int device) override;
   int RecordedDevice() override;
   void SynchronizeStream(void* stream) override;
+  bool StreamIdle(void* stream) override;
 
   // cuDriverGetVersion's answer, 0 when unknown.
   int DriverVersion();

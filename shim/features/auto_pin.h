@@ -5,7 +5,8 @@
 // deferred, so pageable to the program. The copy, and later copies of the
 // same range, then run at the pinned rate. Everything else the program sees
 // stays the bare run's, by the paths that already serve deferred entries:
-// async copies from or to it synchronize their stream (Dispatch::
+// async copies from or to it behave as pageable (a 1D host-to-device one is
+// staged, hooks_driver.cc; others synchronize their stream, Dispatch::
 // AfterAsyncCopy), pointer queries really unregister it first, a program
 // register of it is a hit (exact) or evicts it first (overlap), fork, the
 // memory hooks, the kernel watch and the idle collector release it.

@@ -23,6 +23,7 @@
 #include "dispatch.h"
 #include "graph_ranges.h"
 #include "hooks.h"
+#include "own_memory.h"
 #include "pages.h"
 #include "real.h"
 #include "export.h"
@@ -376,7 +377,115 @@ void AfterBatch3D(CUresult result, size_t count, const CUDA_MEMCPY3D_BATCH_OP* o
     AfterCopy(result, dst.lo, dst.bytes, stream);
   }
 }
+
+// ---- async host-to-device copies from memory the program unregistered ------
+// A pageable source is taken as of the call, without waiting for the stream:
+// the copy and the stream's earlier work may still be pending on return (a
+// stream may wait on the program's own later action). Memory the program
+// unregistered that lazypin holds registered would be copied as pinned,
+// later, and synchronizing the stream instead waits for that earlier work.
+// On a stream with work in flight (Dispatch::StreamIdle false, or unknown),
+// the 1D forms read such a source now into lazypin's own pageable scratch
+// (ReadOwnMemory: a source that cannot be read is no fault) and issue the real
+// copy from there, in chunks of kStageChunk bytes: each is a pageable copy,
+// staged by the driver when it returns, so the scratch may then be reused.
+// The scratch is the thread's own, mapped at its first staged copy and kept
+// until the thread ends (a fresh mapping per copy cost 4x more in page faults).
+// Where no scratch can be had, or the source cannot be read, the rest is
+// issued as the program asked and its stream synchronized (AfterCopy). On an
+// idle stream the copy runs as asked (pinned: the fast path auto-pin is for)
+// and the synchronize after it waits for that copy alone. While a capture is
+// in progress nothing is staged (a recorded copy would name the scratch):
+// the copy runs as asked, and a stream that is not capturing is synchronized.
+constexpr size_t kStageChunk = size_t{1} << 20;
+
+// This thread's scratch (kStageChunk bytes), or null where none can be had.
+void* ThreadScratch(Dispatch* dispatch) {
+  struct Scratch {
+    void* p = nullptr;
+    bool tried = false;
+    ~Scratch() { UnmapScratch(p, kStageChunk); }
+  };
+  static thread_local Scratch t_scratch;
+  if (!t_scratch.tried) {
+    t_scratch.tried = true;
+    void* p = MapScratch(kStageChunk);
+    if (p == nullptr) return nullptr;
+    // Fresh memory the pool cannot hold, unless the kernel watch has yet to
+    // report that the program unmapped a deferred range there.
+    const uintptr_t lo = HostAddr(p);
+    dispatch->BeforeCopy(lo, RangeEnd(lo, kStageChunk));
+    if (dispatch->CopiesFromDeferred(lo, RangeEnd(lo, kStageChunk))) {
+      UnmapScratch(p, kStageChunk);
+      return nullptr;
+    }
+    t_scratch.p = p;
+  }
+  return t_scratch.p;
+}
+
+// The dispatch where the source [src, src + bytes) of an async host-to-device
+// copy overlaps memory the program unregistered; else null. One relaxed load
+// past the published state when nothing is deferred.
+Dispatch* StagingDispatch(uintptr_t src, size_t bytes) {
+  if (bytes == 0 || t_state.inside) return nullptr;
+  const ShimState* state = PublishedState();
+  if (state == nullptr || state->dispatch == nullptr ||
+      !state->dispatch->MayCopyThroughDeferred(src, RangeEnd(src, bytes))) {
+    return nullptr;
+  }
+  Dispatch* dispatch = PublishedDispatch();
+  return dispatch != nullptr && dispatch->CopiesFromDeferred(src, RangeEnd(src, bytes)) ? dispatch
+                                                                                         : nullptr;
+}
+
+// The copy of `bytes` from host `src` to `dst` on `stream` (the resolved one,
+// for the fallback's synchronize), through scratch; `issue(dst, src, n)` is
+// the real copy. The first failure is returned, as the driver gave it.
+template <typename Issue>
+CUresult StagedHtoD(Dispatch* dispatch, CUdeviceptr dst, uintptr_t src, size_t bytes,
+                    CUstream stream, Issue issue) {
+  void* scratch = ThreadScratch(dispatch);
+  size_t done = 0;
+  CUresult result = CUDA_SUCCESS;
+  while (scratch != nullptr && done < bytes) {
+    const size_t n = bytes - done < kStageChunk ? bytes - done : kStageChunk;
+    if (!ReadOwnMemory(scratch, reinterpret_cast<const void*>(src + done), n)) break;
+    result = issue(dst + done, HostAddr(scratch), n);
+    if (result != CUDA_SUCCESS) break;
+    done += n;
+  }
+  if (done == bytes || result != CUDA_SUCCESS) return result;
+  result = issue(dst + done, src + done, bytes - done);
+  AfterCopy(result, src + done, bytes - done, stream);
+  return result;
+}
 }  // namespace
+
+// The 1D async host-to-device forms, twice (legacy stream, `_ptsz`): as
+// COPY_HOOKS, but a source the program unregistered is staged (StagedHtoD).
+// An auto-pinned source is deferred too, so it is staged as well.
+#define STAGED_COPY_HOOK(NAME, HOOKED, S)                                                \
+  HOOK(HOOKED, CUresult, DriverSymbol, COPY_PARAMS_##NAME) {                             \
+    CUresult result = kRecordedCopy;                                                     \
+    if (RecordingCapture(S) != 0) AFTER_STAGED_##NAME(S);                                \
+    BEFORE_STAGED_##NAME(#HOOKED);                                                       \
+    Dispatch* dispatch = StagingDispatch(uintptr_t(src), bytes);                         \
+    if (dispatch != nullptr && !Captures().Any() && !dispatch->StreamIdle(S)) {          \
+      result = StagedHtoD(dispatch, dst, uintptr_t(src), bytes, S,                       \
+                          [&](CUdeviceptr d, uintptr_t from, size_t n) {                 \
+                            return real(d, (decltype(src))(from), n, stream);            \
+                          });                                                            \
+      AFTER_DST_##NAME(S);                                                               \
+      return result;                                                                     \
+    }                                                                                    \
+    result = real COPY_ARGS_##NAME;                                                      \
+    AFTER_STAGED_##NAME(S);                                                              \
+    return result;                                                                       \
+  }
+#define STAGED_COPY_HOOKS(NAME)          \
+  STAGED_COPY_HOOK(NAME, NAME, stream) \
+  STAGED_COPY_HOOK(NAME, NAME##_ptsz, PerThread(stream))
 
 // Each copy twice: the legacy-stream entry point and its `_ptsz` twin.
 // BEFORE(api) may auto-pin the host side; AFTER(stream) keeps pageable
@@ -446,9 +555,15 @@ void AfterBatch3D(CUresult result, size_t count, const CUDA_MEMCPY3D_BATCH_OP* o
 #define AFTER_ANY(s) (AfterCopy(result, src, bytes, s), AfterCopy(result, dst, bytes, s))
 #define AFTER_2D(s) AfterCopy2D(result, copy, s)
 #define AFTER_3D(s) AfterCopy3D(result, copy, s)
-COPY_HOOKS(cuMemcpyHtoDAsync_v2, BEFORE_HTOD, AFTER_HTOD)
+#define BEFORE_STAGED_cuMemcpyHtoDAsync_v2 BEFORE_HTOD
+#define AFTER_STAGED_cuMemcpyHtoDAsync_v2 AFTER_HTOD
+#define AFTER_DST_cuMemcpyHtoDAsync_v2(s)
+#define BEFORE_STAGED_cuMemcpyAsync BEFORE_ANY
+#define AFTER_STAGED_cuMemcpyAsync AFTER_ANY
+#define AFTER_DST_cuMemcpyAsync(s) AfterCopy(result, dst, bytes, s)
+STAGED_COPY_HOOKS(cuMemcpyHtoDAsync_v2)
 COPY_HOOKS(cuMemcpyDtoHAsync_v2, BEFORE_DTOH, AFTER_DTOH)
-COPY_HOOKS(cuMemcpyAsync, BEFORE_ANY, AFTER_ANY)
+STAGED_COPY_HOOKS(cuMemcpyAsync)
 COPY_HOOKS(cuMemcpy2DAsync_v2, BEFORE_2D, AFTER_2D)
 COPY_HOOKS(cuMemcpy3DAsync_v2, BEFORE_3D, AFTER_3D)
 SYNC_COPY_HOOKS(cuMemcpyHtoD_v2, BEFORE_HTOD)

@@ -530,7 +530,7 @@ class CaptureReleaseTest(AppTestCase):
                         "some release found the kernel running and waited for it: %s" % evicts)
 
 
-TRANSPARENT_CASES = ("wait", "pageable", "remap", "noctx", "primary", "thread", "mprotect",
+TRANSPARENT_CASES = ("wait", "pageable", "hostwait", "remap", "noctx", "primary", "thread", "mprotect",
                      "fork", "capture")
 
 
@@ -542,8 +542,8 @@ class TransparentTest(AppTestCase):
 
     bare_outputs = {}
 
-    def transparent(self, case, mode=None):
-        extra = {"SIMCUDA_SLEEP": "1", "SIMCUDA_KERNEL_US": "100000"}
+    def transparent(self, case, mode=None, **env):
+        extra = {"SIMCUDA_SLEEP": "1", "SIMCUDA_KERNEL_US": "100000", **env}
         if mode:
             extra["LAZYPIN_MODE"] = mode
         run = self.run_app([app("transparent_shared"), "--case", case, "--fork-bytes", "64M"],
@@ -558,9 +558,9 @@ class TransparentTest(AppTestCase):
             self.bare_outputs[case] = run.out
         return self.bare_outputs[case]
 
-    def check_mode(self, case, mode):
+    def check_mode(self, case, mode, **env):
         bare = self.bare(case)
-        run = self.transparent(case, mode)
+        run = self.transparent(case, mode, **env)
         self.assertEqual(run.out, bare, "%s: output under LAZYPIN_MODE=%s differs" % (case, mode))
         self.assertEqual(run.rc, 0, run.err[-3000:])
 
@@ -574,6 +574,10 @@ class TransparentTest(AppTestCase):
                          "64M cudaMemcpyAsync h2d: copy=0 device=bytes-of-the-call",
                          "64M cudaMemcpyAsync d2h: copy=0 host=complete last=0",
                          "64K cuMemcpy2DAsync d2h: copy=0 host=complete last=0"],
+            "hostwait": ["4M cuMemcpyAsync h2d behind a kernel: copy=0 query=600 "
+                         "device=bytes-of-the-call",
+                         "20M cudaMemcpyAsync h2d behind a waiting host function: launch=0 "
+                         "copy=0 query=600 host function=saw the flag device=bytes-of-the-call"],
             "noctx": ["unregister without a context=201", "unregister with the context=0"],
             "primary": ["unregister B=713",
                         "register A=0 ptrattr=0 getflags=0 flags=2 devptr=0"],
@@ -606,6 +610,17 @@ class TransparentTest(AppTestCase):
 
     def test_defer_pageable(self):
         self.check_mode("pageable", "defer")
+
+    def test_defer_hostwait(self):
+        # An async host-to-device copy from memory the program unregistered
+        # takes its source at the call without waiting for the stream: no
+        # deadlock behind a host function that waits for the program.
+        self.check_mode("hostwait", "defer")
+
+    def test_defer_autopin_hostwait_and_pageable(self):
+        for case in ("hostwait", "pageable"):
+            with self.subTest(case=case):
+                self.check_mode(case, "defer", LAZYPIN_AUTOPIN="1")
 
     def test_defer_remap(self):
         self.check_mode("remap", "defer")

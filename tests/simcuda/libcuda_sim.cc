@@ -401,6 +401,8 @@ bool ops_done_through(int64_t t) {
   return ops_done_through_locked(w, t);
 }
 
+void queue_on_device(int64_t due, std::function<void()> op);
+
 // Runs op when the device reaches time `due`.
 void run_at(int64_t due, std::function<void()> op) {
   if (due <= now_ns()) {
@@ -408,6 +410,11 @@ void run_at(int64_t due, std::function<void()> op) {
     op();
     return;
   }
+  queue_on_device(due, std::move(op));
+}
+
+// Runs op on the device thread, at time `due` or after the work due before it.
+void queue_on_device(int64_t due, std::function<void()> op) {
   Work& w = *g_work;
   std::lock_guard<std::mutex> l(w.mu);
   if (w.thread_pid != getpid()) {
@@ -1850,6 +1857,14 @@ API CUresult CUDAAPI cuStreamSynchronize(CUstream s) {
   return CUDA_SUCCESS;
 }
 
+API CUresult CUDAAPI cuStreamGetFlags(CUstream s, unsigned int* flags) {
+  if (CUresult rc = need_ctx()) return rc;
+  if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult rc = stream_check(s)) return rc;
+  *flags = is_legacy(s) ? 0 : s->flags;
+  return CUDA_SUCCESS;
+}
+
 // 600 while any of the stream's work is in flight (not yet reached or not yet run).
 API CUresult CUDAAPI cuStreamQuery(CUstream s) {
   if (CUresult rc = need_ctx()) return rc;
@@ -2067,6 +2082,20 @@ API CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int 
   return CUDA_SUCCESS;
 }
 
+// A host function runs on the device thread when its stream reaches it; the
+// stream's later work (and whatever waits for it) waits until it returns, so
+// a function that waits for the program holds the stream as on a GPU.
+API CUresult CUDAAPI cuLaunchHostFunc(CUstream s, CUhostFn fn, void* data) {
+  if (CUresult rc = need_ctx()) return rc;
+  if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  {
+    std::lock_guard<std::mutex> l(g().mu);
+    if (!valid_stream_locked(s)) return CUDA_ERROR_INVALID_HANDLE;
+  }
+  queue_on_device(enqueue(s, 0), [fn, data] { fn(data); });
+  return CUDA_SUCCESS;
+}
+
 // ------------------------------------------------------- error strings ----
 API CUresult CUDAAPI cuGetErrorString(CUresult e, const char** p) {
   if (!p) return CUDA_ERROR_INVALID_VALUE;
@@ -2167,6 +2196,7 @@ const ProcEntry kProcs[] = {
     P("cuStreamDestroy", 4000, cuStreamDestroy_v2),
     P("cuStreamSynchronize", 2000, cuStreamSynchronize),
     P("cuStreamQuery", 2000, cuStreamQuery),
+    P("cuStreamGetFlags", 5050, cuStreamGetFlags),
     P("cuStreamWaitEvent", 3020, cuStreamWaitEvent),
     P("cuStreamBeginCapture", 10000, cuStreamBeginCapture),
     P("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2),
@@ -2188,6 +2218,7 @@ const ProcEntry kProcs[] = {
     P("cuEventDestroy", 2000, cuEventDestroy),
     P("cuEventDestroy", 4000, cuEventDestroy_v2),
     P("cuLaunchKernel", 4000, cuLaunchKernel),
+    P("cuLaunchHostFunc", 10000, cuLaunchHostFunc),
     P("cuGetErrorString", 6000, cuGetErrorString),
     P("cuGetErrorName", 6000, cuGetErrorName),
 };

@@ -84,6 +84,7 @@ namespace {
   X(cuEventElapsedTime_v2, 12080)                                 \
   X(cuEventDestroy_v2, 4000)                                      \
   X(cuLaunchKernel, 4000)                                         \
+  X(cuLaunchHostFunc, 10000)                                      \
   X(cuMemcpy2D_v2, 3020)                                          \
   X(cuMemcpy2DAsync_v2, 3020)                                     \
   X(cuMemcpy3D_v2, 3020)                                          \
@@ -918,6 +919,11 @@ cudaError_t CUDARTAPI cudaLaunchKernel(const void* func, dim3 g, dim3 b, void** 
 cudaError_t CUDARTAPI cudaLaunchKernel_ptsz(const void* func, dim3 g, dim3 b, void** args,
                                             size_t shmem, cudaStream_t s) {
   return launch(func, g, b, args, shmem, s);
+}
+
+cudaError_t CUDARTAPI cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void* data) {
+  NEED_CTX();
+  return rec(conv(D().cuLaunchHostFunc(s, fn, data)));
 }
 
 cudaError_t CUDARTAPI cudaFuncGetAttributes(struct cudaFuncAttributes* attr, const void* func) {

@@ -400,6 +400,23 @@ TEST_P(DispatchTest, CopyFromRegisteredMemoryIsNeverSynchronized) {
   EXPECT_EQ(pool_driver_.drains, drains) << "nor does it drain the watch";
 }
 
+TEST_P(DispatchTest, OnlyASourceTheProgramUnregisteredIsStaged) {
+  // A host-to-device copy's source: memory the program holds registered, or
+  // memory nobody registered, is copied as asked; memory the program
+  // unregistered (deferred) is staged (hooks_driver.cc), in any part of it.
+  constexpr uintptr_t kOther = kBuf + 16 * kBytes;
+  ASSERT_EQ(DriverRegister(kBuf, kBytes, 0), 0);
+  EXPECT_FALSE(dispatch_->CopiesFromDeferred(kBuf, kBuf + kBytes)) << "registered";
+  EXPECT_FALSE(dispatch_->CopiesFromDeferred(kOther, kOther + kBytes)) << "never registered";
+  ASSERT_EQ(DriverRegister(kOther, kBytes, 0), 0);
+  ASSERT_EQ(DriverUnregister(kOther), 0);
+  EXPECT_EQ(dispatch_->CopiesFromDeferred(kOther + 1, kOther + 2), Deferring());
+  EXPECT_EQ(dispatch_->CopiesFromDeferred(kOther - 8, kOther + 1), Deferring()) << "overlap";
+  EXPECT_FALSE(dispatch_->CopiesFromDeferred(kBuf, kBuf + kBytes)) << "still registered";
+  EXPECT_FALSE(dispatch_->StreamIdle(nullptr)) << "unknown: staged";
+  EXPECT_TRUE(env_.synced.empty()) << "deciding waits for nothing";
+}
+
 TEST_P(DispatchTest, UnregisterThatACaptureForbidsGetsTheDriversRefusal) {
   // Another thread captures in global mode: the driver refuses this thread's
   // unregister (900) and keeps the registration. Deferred, the program would
