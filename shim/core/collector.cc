@@ -151,12 +151,16 @@ uint64_t Collector::PollTarget() const {
 }
 
 void Collector::Yield(uint64_t headroom) {
-  while (budget_->ShortOf(headroom) > 0) {
+  // 0: the poll's target, which shrinks with each release.
+  while (budget_->ShortOf(headroom != 0 ? headroom : PollTarget()) > 0) {
     if (host_cache_ != nullptr && host_cache_->ReleaseOldest(EvictReason::kPressure)) continue;
     if (pool_->ReleaseOldestParked(EvictReason::kPressure)) continue;
-    // Nothing kept is left: deferred registrations add no bytes, but their
-    // pages are pinned (never swapped, migrated or compacted).
-    pool_->CollectIdle(kPressureIdleMs * 1000000, EvictReason::kPressure);
+    // Nothing kept is left and the headroom is under the margin itself:
+    // deferred registrations add no bytes, but their pages are pinned
+    // (never swapped, migrated or compacted).
+    if (budget_->ShortOf(budget_->margin()) > 0) {
+      pool_->CollectIdle(kPressureIdleMs * 1000000, EvictReason::kPressure);
+    }
     return;
   }
 }
@@ -265,10 +269,7 @@ void Collector::Run() {
       if (kept) kept_seen_ms_ = now_ms;
       polling = kept_seen_ms_ != 0 && now_ms - kept_seen_ms_ < kPollGraceMs;
       budget_->SetPolling(polling);
-      if (kept) {
-        const uint64_t target = PollTarget();
-        if (budget_->ShortOf(target) > 0) Yield(target);
-      }
+      if (kept && budget_->ShortOf(PollTarget()) > 0) Yield(0);
     }
     if (idle_ms_ > 0) {
       const int64_t now_ms = MonotonicMs();

@@ -142,8 +142,9 @@ class Collector {
   bool PostponedForCapture(int64_t now_ms);
   void FinishFrees();
   // Releases kept memory, least recently kept first, until the headroom is
-  // `headroom` or nothing kept is left; then deferred registrations unused
-  // for kPressureIdleMs if still short.
+  // `headroom` (0: PollTarget(), read again after each release) or nothing
+  // kept is left; then, if the headroom is still under the margin itself,
+  // deferred registrations unused for kPressureIdleMs.
   void Yield(uint64_t headroom);
   bool WaitDone(const std::atomic<uint32_t>& done, uint32_t ticket, int64_t timeout_ms);
   void Wake();

@@ -2,6 +2,7 @@
 #include "memory_limit.h"
 
 #include <fcntl.h>
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -127,6 +128,8 @@ int64_t ReadHeldOr(int fd, const char* path, const char* key) {
 }  // namespace
 
 int64_t MemoryProbe::Headroom() const {
+  // Read from the free hook (a block kept): errno is the program's.
+  const int saved_errno = errno;
   int64_t headroom = INT64_MAX;
   const int64_t limit = ReadHeldOr(limit_fd_, limit_path_, nullptr);  // -1: "max", no limit
   if (limit > 0) {
@@ -137,6 +140,7 @@ int64_t MemoryProbe::Headroom() const {
   if (available_kb >= 0 && available_kb < INT64_MAX / 1024) {
     headroom = headroom < available_kb * 1024 ? headroom : available_kb * 1024;
   }
+  errno = saved_errno;
   return headroom;
 }
 
