@@ -1,8 +1,11 @@
-// lifecycle: exit, fork, fatal signals, and the published state (see shim.h).
+// lifecycle: set-up once, exit, fork, fatal signals, and the published state
+// (see shim.h).
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
+
+#include <mutex>
 
 #include "hooks_alloc.h"
 #include "shim.h"
@@ -165,6 +168,37 @@ void Shim::InForkChild() {
       sigaction(sig, &old_action_[sig], nullptr);
     }
   }
+}
+
+namespace {
+
+std::mutex& SetUpMutex() {
+  static std::mutex* const mu = new std::mutex;  // never destroyed
+  return *mu;
+}
+void SetUpLocked() {
+  if (PublishedState() != nullptr) return;
+  ScopedInsideLazypin inside;
+  g_shim = new Shim();  // never destroyed: hooks may run until the very end
+  g_shim->Init();       // publishes the state
+}
+
+}  // namespace
+
+const ShimState* ActiveState() {
+  if (PublishedState() == nullptr) {
+    std::lock_guard<std::mutex> lock(SetUpMutex());
+    SetUpLocked();
+  }
+  return StateInThisProcess();
+}
+
+bool TrySetUp() {
+  if (PublishedState() != nullptr) return true;
+  std::unique_lock<std::mutex> lock(SetUpMutex(), std::try_to_lock);
+  if (!lock.owns_lock()) return false;
+  SetUpLocked();
+  return true;
 }
 
 }  // namespace lazypin

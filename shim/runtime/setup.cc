@@ -3,7 +3,6 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include <mutex>
 
 #include "capture.h"
 #include "cuda_pool_driver.h"
@@ -182,37 +181,6 @@ std::string Shim::HeaderLine(const std::string& log_path) {
   info.config = &config_;
   info.log_path = log_path;
   return HeaderRecord(info);
-}
-
-namespace {
-
-std::mutex& SetUpMutex() {
-  static std::mutex* const mu = new std::mutex;  // never destroyed
-  return *mu;
-}
-void SetUpLocked() {
-  if (PublishedState() != nullptr) return;
-  ScopedInsideLazypin inside;
-  g_shim = new Shim();  // never destroyed: hooks may run until the very end
-  g_shim->Init();       // publishes the state
-}
-
-}  // namespace
-
-const ShimState* ActiveState() {
-  if (PublishedState() == nullptr) {
-    std::lock_guard<std::mutex> lock(SetUpMutex());
-    SetUpLocked();
-  }
-  return StateInThisProcess();
-}
-
-bool TrySetUp() {
-  if (PublishedState() != nullptr) return true;
-  std::unique_lock<std::mutex> lock(SetUpMutex(), std::try_to_lock);
-  if (!lock.owns_lock()) return false;
-  SetUpLocked();
-  return true;
 }
 
 }  // namespace lazypin
