@@ -263,6 +263,7 @@ void Collector::Run() {
     int64_t wait_ms = 1000;
     // While anything is kept: the headroom every kPollMs.
     bool polling = false;
+    int64_t poll_ms = MemoryBudget::kPollMs;
     if (budget_ != nullptr) {
       const int64_t now_ms = MonotonicMs();
       const bool kept = budget_->TakeKeptSignal() || budget_->Keeping();
@@ -270,6 +271,7 @@ void Collector::Run() {
       polling = kept_seen_ms_ != 0 && now_ms - kept_seen_ms_ < kPollGraceMs;
       budget_->SetPolling(polling);
       if (kept && budget_->ShortOf(PollTarget()) > 0) Yield(0);
+      poll_ms = kept ? budget_->PollIntervalMs(PollTarget()) : MemoryBudget::kPollMs;
     }
     if (idle_ms_ > 0) {
       const int64_t now_ms = MonotonicMs();
@@ -281,7 +283,7 @@ void Collector::Run() {
       wait_ms = std::max<int64_t>(next_collect_ms - now_ms, 1);
     }
     if (!prefaulted) wait_ms = std::min<int64_t>(wait_ms, 10);
-    if (polling) wait_ms = std::min<int64_t>(wait_ms, MemoryBudget::kPollMs);
+    if (polling) wait_ms = std::min<int64_t>(wait_ms, poll_ms);
     if (handed_.load(std::memory_order_acquire) != seen_handed) continue;  // more came meanwhile
     if (release_asked_.load(std::memory_order_acquire) !=
             release_done_.load(std::memory_order_relaxed) ||

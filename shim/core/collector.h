@@ -10,7 +10,7 @@
 //    stands for one unregister the program asked for and lazypin postponed),
 //    so it adds no stall the program would not have had.
 //  - makes kept memory yield to the program's demand (memory_budget.h): while
-//    anything is kept it reads the headroom every MemoryBudget::kPollMs and,
+//    anything is kept it reads the headroom every MemoryBudget::PollIntervalMs and,
 //    when it falls short (or an allocation asks, MakeRoom), releases kept
 //    memory, least recently kept first: host blocks, then parked blocks, then
 //    deferred registrations unused for kPressureIdleMs (their pages are pinned).

@@ -14,7 +14,17 @@ int64_t MemoryBudget::Read() {
   slack_.store(slack, std::memory_order_relaxed);
   tight_.store(slack < 0, std::memory_order_relaxed);
   read_at_ns_.store(MonotonicNs(), std::memory_order_relaxed);
+  last_headroom_.store(headroom, std::memory_order_relaxed);
   return headroom;
+}
+
+int64_t MemoryBudget::PollIntervalMs(uint64_t need) const {
+  const int64_t headroom = last_headroom_.load(std::memory_order_relaxed);
+  if (headroom == INT64_MAX) return 1000;
+  const int64_t surplus = headroom - static_cast<int64_t>(need);
+  if (surplus <= 0) return kPollMs;
+  const int64_t ms = surplus / (kFastestGrowth / 1000);
+  return ms < kPollMs ? kPollMs : ms > 1000 ? 1000 : ms;
 }
 
 bool MemoryBudget::MayKeep() {

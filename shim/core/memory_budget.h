@@ -11,7 +11,8 @@
 // top of that. Nothing is kept while the headroom is under the margin. The
 // collector releases kept memory, least recently kept first, when a reading
 // falls short: on an announced allocation (the caller waits for it) and every
-// kPollMs while anything is kept.
+// PollIntervalMs (5 ms to 1 s, by how long the surplus lasts) while anything
+// is kept.
 #pragma once
 
 #include <atomic>
@@ -54,6 +55,14 @@ class MemoryBudget {
   uint64_t Announce(uint64_t bytes);
   // A fresh reading: how many bytes the headroom is short of `need` (0: none).
   uint64_t ShortOf(uint64_t need);
+  // How long the poll may wait before its next reading when the headroom is
+  // `need` or more at the last one: the time the surplus lasts at
+  // kFastestGrowth, from kPollMs to 1 s (fewer readings, and fewer files
+  // opened for them, while memory is plentiful).
+  int64_t PollIntervalMs(uint64_t need) const;
+  // The fastest growth the poll plans for: many threads faulting in fresh
+  // pages (one thread: 1-2 GB/s on the development VM, 13 GB/s at most seen).
+  static constexpr int64_t kFastestGrowth = int64_t{20} << 30;  // bytes per second
   // The collector: true once after MayKeep let something be kept (poll now,
   // even before the gauge shows it).
   bool TakeKeptSignal() { return kept_signal_.exchange(false, std::memory_order_relaxed); }
@@ -77,6 +86,7 @@ class MemoryBudget {
   // Headroom less the margin at the last reading, less the bytes announced since.
   std::atomic<int64_t> slack_{0};
   std::atomic<int64_t> read_at_ns_{0};
+  std::atomic<int64_t> last_headroom_{INT64_MAX};
   std::atomic<bool> kept_signal_{false};
   std::atomic<bool> polling_{false};
   void (*wake_)(void*) = nullptr;
