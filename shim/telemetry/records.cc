@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <string_view>
 
 #include "fmt/compile.h"
 #include "fmt/format.h"
@@ -62,34 +63,39 @@ ShortRecord CallRecordLine(int64_t t_ns, int tid, const CallRecord& r, int stack
   return Copied(text);
 }
 
-ShortRecord EvictRecordLine(int64_t t_ns, int tid, uintptr_t ptr, size_t bytes, EvictReason reason,
-                            int result, int64_t latency_ns, const ReleaseWait& wait, int stack) {
+namespace {
+
+// A release of lazypin's own: an `evict` record (the pool) or a
+// `host_release` record (the host-allocation cache); `stack` > 0 only for
+// the former.
+ShortRecord ReleaseRecordLine(std::string_view type, int64_t t_ns, int tid, uintptr_t ptr,
+                              size_t bytes, EvictReason reason, int result, int64_t latency_ns,
+                              const ReleaseWait& wait, int stack) {
   fmt::memory_buffer text;
   fmt::format_to(
       std::back_inserter(text),
-      FMT_COMPILE(R"({{"type":"evict","t_ns":{},"tid":{},"ptr":"{}","bytes":{},"reason":"{}",)"
+      FMT_COMPILE(R"({{"type":"{}","t_ns":{},"tid":{},"ptr":"{}","bytes":{},"reason":"{}",)"
                   R"("result":{},"latency_ns":{},"waited_ns":{})"),
-      t_ns, tid, reinterpret_cast<void*>(ptr), bytes, EvictReasonName(reason), result, latency_ns,
-      wait.waited_ns);
+      type, t_ns, tid, reinterpret_cast<void*>(ptr), bytes, EvictReasonName(reason), result,
+      latency_ns, wait.waited_ns);
   if (wait.forced) fmt::format_to(std::back_inserter(text), FMT_COMPILE(R"(,"forced":true)"));
   if (stack > 0) fmt::format_to(std::back_inserter(text), FMT_COMPILE(R"(,"stack":{})"), stack);
   text.push_back('}');
   return Copied(text);
 }
 
+}  // namespace
+
+ShortRecord EvictRecordLine(int64_t t_ns, int tid, uintptr_t ptr, size_t bytes, EvictReason reason,
+                            int result, int64_t latency_ns, const ReleaseWait& wait, int stack) {
+  return ReleaseRecordLine("evict", t_ns, tid, ptr, bytes, reason, result, latency_ns, wait, stack);
+}
+
 ShortRecord HostReleaseRecordLine(int64_t t_ns, int tid, uintptr_t ptr, size_t bytes,
                                   EvictReason reason, int result, int64_t latency_ns,
                                   const ReleaseWait& wait) {
-  fmt::memory_buffer text;
-  fmt::format_to(
-      std::back_inserter(text),
-      FMT_COMPILE(R"({{"type":"host_release","t_ns":{},"tid":{},"ptr":"{}","bytes":{},"reason":"{}",)"
-                  R"("result":{},"latency_ns":{},"waited_ns":{})"),
-      t_ns, tid, reinterpret_cast<void*>(ptr), bytes, EvictReasonName(reason), result, latency_ns,
-      wait.waited_ns);
-  if (wait.forced) fmt::format_to(std::back_inserter(text), FMT_COMPILE(R"(,"forced":true)"));
-  text.push_back('}');
-  return Copied(text);
+  return ReleaseRecordLine("host_release", t_ns, tid, ptr, bytes, reason, result, latency_ns, wait,
+                           0);
 }
 
 ShortRecord AutoPinRecordLine(int64_t t_ns, int tid, const AutoPinRecord& r) {
