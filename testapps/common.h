@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdarg>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -39,6 +40,20 @@
 #define CHECK_LAUNCH() CHECK(cudaGetLastError())
 
 namespace tapp {
+
+// The case a program with several cases runs now; `out` prefixes it to the
+// line it prints (stdout, flushed: outputs are compared bare vs lazypin).
+inline std::string current_case;
+inline void out(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+inline void out(const char* fmt, ...) {
+  std::printf("%s: ", current_case.c_str());
+  va_list ap;
+  va_start(ap, fmt);
+  std::vprintf(fmt, ap);
+  va_end(ap);
+  std::printf("\n");
+  std::fflush(stdout);
+}
 
 // ---------------------------------------------------------------------------
 // Time.

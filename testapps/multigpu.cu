@@ -75,7 +75,6 @@ int g_devices = 0;
 size_t g_bytes = 0;
 int g_rounds = 3;
 double g_kernel_ms = 50;
-std::string g_case;
 std::vector<cudaStream_t> g_stream;  // one non-blocking stream per device
 std::vector<void*> g_dbuf;           // g_bytes of device memory per device
 std::vector<long long> g_cycles;     // spin length per device
@@ -95,16 +94,7 @@ __global__ void spin(long long cycles) {
     out(fmt, a_, b_);        \
   } while (0)
 
-void out(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-void out(const char* fmt, ...) {
-  std::printf("%s: ", g_case.c_str());
-  va_list ap;
-  va_start(ap, fmt);
-  std::vprintf(fmt, ap);
-  va_end(ap);
-  std::printf("\n");
-  std::fflush(stdout);
-}
+using tapp::out;
 
 void spin_on(int dev) {
   spin<<<1, 1, 0, g_stream[dev]>>>(g_cycles[dev]);
@@ -641,13 +631,13 @@ int main(int argc, char** argv) {
                         {"made", case_made},         {"reset", case_reset}};
   bool ran = false;
   if (only == "unseen") {
-    g_case = only;
+    tapp::current_case = only;
     case_unseen();
     return 0;
   }
   for (const Case& c : cases) {
     if (!only.empty() && only != c.name) continue;
-    g_case = c.name;
+    tapp::current_case = c.name;
     c.run();
     ran = true;
   }

@@ -66,7 +66,6 @@ const char* kCases[] = {"wait", "pageable", "hostwait", "remap", "noctx", "prima
 
 constexpr size_t kMiB = 1 << 20;
 long long g_cycles = 0;  // spin kernel length in clock cycles
-std::string g_case;
 
 __global__ void spin(long long cycles) {
   long long start = clock64();
@@ -74,16 +73,7 @@ __global__ void spin(long long cycles) {
   }
 }
 
-void out(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-void out(const char* fmt, ...) {
-  std::printf("%s: ", g_case.c_str());
-  va_list ap;
-  va_start(ap, fmt);
-  std::vprintf(fmt, ap);
-  va_end(ap);
-  std::printf("\n");
-  std::fflush(stdout);
-}
+using tapp::out;
 
 void* map(size_t n) {
   void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -673,7 +663,7 @@ void case_capture() {
 }
 
 int run_case(const std::string& name, const tapp::Args& args) {
-  g_case = name;
+  tapp::current_case = name;
   if (name == "wait") case_wait();
   else if (name == "pageable") case_pageable();
   else if (name == "hostwait") case_hostwait();
