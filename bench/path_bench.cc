@@ -20,10 +20,19 @@
 //    outside the timing;
 //  - BM_ForkPooled/<bytes>: fork() (the parent's side; the child exits at
 //    once) after the program registered and unregistered <bytes>: under
-//    defer the pool releases it first.
+//    defer the pool releases it first;
+//  - BM_Part/<name>: each call a hit or a deferral may make, alone, warm
+//    (clock_gettime, cuCtxGetCurrent, cuCtxGetDevice, cuCtxSynchronize on an
+//    idle context, cuThreadExchangeStreamCaptureMode, a read(2) of an empty
+//    userfaultfd): the parts the whole path is made of, on this machine.
 // Each reports manual time per call (ns).
 #include <benchmark/benchmark.h>
+#include <cuda.h>
 #include <cuda_runtime.h>
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -150,6 +159,57 @@ void BM_ForkPooled(benchmark::State& state) {
   }
   munmap(buf, bytes);
 }
+
+// One of the calls a hit or deferral makes, timed alone (CPU time per call).
+enum Part { kClock, kCtxGetCurrent, kCtxGetDevice, kCtxSynchronize, kCaptureMode, kUffdRead };
+
+int OpenWatchedUffd(void** page) {
+  const int fd = static_cast<int>(syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK));
+  if (fd < 0) return -1;
+  uffdio_api api = {UFFD_API, UFFD_FEATURE_EVENT_UNMAP | UFFD_FEATURE_EVENT_REMOVE, 0};
+  *page = mmap(nullptr, 1 << 16, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  uffdio_register reg = {{reinterpret_cast<uintptr_t>(*page), 1 << 16}, UFFDIO_REGISTER_MODE_WP, 0};
+  if (ioctl(fd, UFFDIO_API, &api) != 0 || ioctl(fd, UFFDIO_REGISTER, &reg) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+void BM_Part(benchmark::State& state) {
+  SetUp();
+  const Part part = static_cast<Part>(state.range(0));
+  void* page = nullptr;
+  const int fd = part == kUffdRead ? OpenWatchedUffd(&page) : -1;
+  if (part == kUffdRead && fd < 0) {
+    state.SkipWithError("userfaultfd refused");
+    return;
+  }
+  CUcontext ctx = nullptr;
+  CUdevice dev = 0;
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  uffd_msg msg[16];
+  timespec ts;
+  for (auto _ : state) {
+    switch (part) {
+      case kClock: clock_gettime(CLOCK_MONOTONIC, &ts); break;
+      case kCtxGetCurrent: cuCtxGetCurrent(&ctx); break;
+      case kCtxGetDevice: cuCtxGetDevice(&dev); break;
+      case kCtxSynchronize: cuCtxSynchronize(); break;
+      case kCaptureMode: cuThreadExchangeStreamCaptureMode(&mode); break;
+      case kUffdRead: benchmark::DoNotOptimize(read(fd, msg, sizeof msg)); break;
+    }
+  }
+  static const char* const kNames[] = {"clock_gettime", "cuCtxGetCurrent", "cuCtxGetDevice",
+                                       "cuCtxSynchronize", "cuThreadExchangeStreamCaptureMode",
+                                       "read(userfaultfd)"};
+  state.SetLabel(kNames[part]);
+  if (fd >= 0) {
+    close(fd);
+    munmap(page, 1 << 16);
+  }
+}
+BENCHMARK(BM_Part)->DenseRange(kClock, kUffdRead);
 
 #define LAZYPIN_SIZES(bm)                                                            \
   BENCHMARK(bm)->Arg(4 << 10)->Iterations(20000)->UseManualTime()->Unit(benchmark::kMicrosecond); \
