@@ -1636,9 +1636,10 @@ def advise(logs, procs, pool):
     return out
 
 
-# Copy rates for the auto-pin indication: the H200's (docs/benchmarks.md: 64 MiB
-# pageable 9.4-11 ms, pinned 1.24-1.29 ms), as bytes per ns. The shim does not
-# time copies, so this is no rate of the machine a log comes from; the text says so.
+# Copy rates for the auto-pin indication: the H200's (docs/benchmarks.md,
+# "Pinned blocks and pageable copies": 64 MiB pageable 9.4-11 ms, pinned
+# 1.24-1.29 ms), as bytes per ns. The shim does not time copies, so this is no
+# rate of the machine a log comes from; the text says so.
 PAGEABLE_BYTES_PER_NS = 6.5
 PINNED_BYTES_PER_NS = 53.0
 
