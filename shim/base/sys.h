@@ -24,6 +24,14 @@ inline int64_t MonotonicNs() {
   return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
 }
 
+// CLOCK_MONOTONIC_COARSE: the last tick's time (1-4 ms resolution), a few
+// nanoseconds to read; for ages measured in seconds.
+inline int64_t CoarseMonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
 // CLOCK_REALTIME in nanoseconds: when a log started, for people.
 inline int64_t UnixNs() {
   struct timespec ts;

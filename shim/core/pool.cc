@@ -25,6 +25,7 @@ Pool::Map::iterator Pool::FirstOverlap(uintptr_t lo) {
 }
 
 bool Pool::RangeQuiet(uintptr_t lo, uintptr_t hi) const {
+  if (inflight_.empty() && evicting_ == 0) return true;
   for (const Range& r : inflight_) {
     if (r.lo < hi && r.hi > lo) return false;
   }
@@ -68,7 +69,7 @@ void Pool::MarkDeferred(Entry& e) {
   UntrackInUse(e);
   e.state = State::kDeferred;
   e.lru_key = next_lru_key_++;
-  e.deferred_at = driver_->NowNs();
+  e.deferred_at = driver_->AgeClockNs();
   lru_.emplace(e.lru_key, e.base);
   filter_.Add(e.base, RangeEnd(e.base, e.bytes));
   holding_.fetch_add(1, std::memory_order_relaxed);
@@ -95,6 +96,7 @@ Pool::Map::iterator Pool::Erase(Map::iterator it) {
     filter_.Remove(it->second.base, RangeEnd(it->second.base, it->second.bytes));
     holding_.fetch_sub(1, std::memory_order_relaxed);
   }
+  if (it->second.state == State::kEvicting) evicting_ -= 1;
   UntrackInUse(it->second);
   return entries_.erase(it);  // a btree erase invalidates every other iterator
 }
@@ -127,6 +129,7 @@ Pool::Victim Pool::TakeVictim(Entry& e, EvictReason reason) {
   const bool parked = UnparkLocked(e);
   UnmarkDeferred(e);
   e.state = State::kEvicting;
+  evicting_ += 1;
   counters_.evictions[static_cast<int>(reason)] += 1;
   return Victim{e.base, e.bytes, e.ctx, reason, e.watched, parked};
 }
@@ -265,10 +268,10 @@ const Pool::Entry* Pool::HitLocked(const RegisterRequest& req) {
   return &e;
 }
 
-void Pool::ApplyPageChanges() {
+void Pool::ApplyPageChanges(DrainScope scope) {
   if (abandoned_.load(std::memory_order_relaxed)) return;
   std::vector<Victim> victims;
-  driver_->DrainChanges([&](uintptr_t lo, uintptr_t hi) {
+  driver_->DrainChanges(scope, [&](uintptr_t lo, uintptr_t hi) {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = FirstOverlap(lo); it != entries_.end() && it->first < hi; ++it) {
       Entry& e = it->second;
@@ -314,7 +317,7 @@ AutoPinOutcome Pool::AutoPin(const RegisterRequest& req, uint64_t max_auto_bytes
         // Still pinned: this copy runs at the pinned rate. In use, so not idle.
         lru_.erase(e.lru_key);
         e.lru_key = next_lru_key_++;
-        e.deferred_at = driver_->NowNs();
+        e.deferred_at = driver_->AgeClockNs();
         lru_.emplace(e.lru_key, e.base);
         counters_.autopin_copies += 1;
         counters_.autopin_copy_bytes += req.bytes;
@@ -394,7 +397,7 @@ void Pool::ReleaseWatched(const std::vector<Range>& ranges) {
 
 std::optional<Outcome> Pool::TryHit(const RegisterRequest& req) {
   if (abandoned_.load(std::memory_order_relaxed) || Empty() || req.ptr == 0) return std::nullopt;
-  ApplyPageChanges();
+  ApplyPageChanges(DrainScope::kReturned);
   std::unique_lock<std::mutex> lock(mu_);
   AwaitQuiet(lock, PageFloor(req.ptr), PageCeil(RangeEnd(req.ptr, req.bytes)));
   if (HitLocked(req) == nullptr) return std::nullopt;
@@ -510,7 +513,7 @@ bool Pool::DeferLocked(uintptr_t ptr, std::vector<Victim>* victims) {
 
 std::optional<Outcome> Pool::TryDefer(uintptr_t ptr) {
   if (abandoned_.load(std::memory_order_relaxed) || ptr == 0) return std::nullopt;
-  ApplyPageChanges();
+  ApplyPageChanges(DrainScope::kReturned);
   std::vector<Victim> victims;
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -683,7 +686,7 @@ int Pool::DropDevice(int device, bool forget_in_use) {
 
 int Pool::CollectIdle(int64_t idle_ns, EvictReason reason) {
   if (abandoned_.load(std::memory_order_relaxed) || Empty()) return 0;
-  const int64_t cutoff = driver_->NowNs() - idle_ns;
+  const int64_t cutoff = driver_->AgeClockNs() - idle_ns;
   std::vector<Victim> victims;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <atomic>
+#include <iterator>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
@@ -55,6 +56,9 @@ struct ReleaseWait {
   bool after_wait = false;
 };
 
+// How far a drain of the watch's page changes reaches (PoolDriver::DrainChanges).
+enum class DrainScope { kQueued, kReturned };
+
 // The pool's only route to the driver.
 class PoolDriver {
  public:
@@ -65,6 +69,9 @@ class PoolDriver {
   // The physical frames now behind [ptr, ptr+bytes), one per page; false if unknown.
   virtual bool ReadFrames(uintptr_t ptr, size_t bytes, std::vector<uint64_t>* frames) = 0;
   virtual int64_t NowNs() = 0;
+  // The clock of deferred entries' ages (LAZYPIN_IDLE_MS): may be coarse
+  // (milliseconds), as long as it is one clock.
+  virtual int64_t AgeClockNs() { return NowNs(); }
 
   // The kernel watch and the page classes (mem_watch.h, page_class.h); a
   // driver without them defers everything and reports no changes.
@@ -79,8 +86,12 @@ class PoolDriver {
   // needs (so that a release allocates nothing and starts no thread).
   virtual void PrepareRelease(Context ctx) {}
   // Calls changed(lo, hi) for every range whose pages changed since the last
-  // call, as far as the watch knows (see MemWatch::Drain for the ordering).
-  virtual void DrainChanges(absl::FunctionRef<void(uintptr_t lo, uintptr_t hi)> changed) {}
+  // call, as far as the watch knows: with kQueued, every change the kernel
+  // has queued (MemWatch::Drain, one system call at least); with kReturned,
+  // every change whose system call has returned (MemWatch::DrainReturned: no
+  // system call when all are applied).
+  virtual void DrainChanges(DrainScope scope,
+                            absl::FunctionRef<void(uintptr_t lo, uintptr_t hi)> changed) {}
 };
 
 // Freed blocks that come back (LAZYPIN_REUSE_FREED): a block the program
@@ -207,8 +218,9 @@ class Pool {
 
   // Applies the page changes the driver's watch reports (DrainChanges):
   // deferred entries they touch are really unregistered, in-use ones will
-  // not be deferred. Every program entry point above starts with it.
-  void ApplyPageChanges();
+  // not be deferred. Every program entry point above starts with it: hits
+  // and deferrals (TryHit, TryDefer) with kReturned, the others kQueued.
+  void ApplyPageChanges(DrainScope scope = DrainScope::kQueued);
 
   // A copy is about to move host memory [lo, hi) through the driver, which
   // copies through any registration it holds there: applies the page changes
@@ -324,7 +336,7 @@ class Pool {
     PassReason pass;     // kNone: deferrable
     bool watched;        // Admit() said kNone: Release() when it ends
     uint64_t lru_key;    // valid while kDeferred
-    int64_t deferred_at;  // ns, valid while kDeferred
+    int64_t deferred_at;  // AgeClockNs(), valid while kDeferred
     std::vector<uint64_t> frames;  // with check_frames: the pages registered
     bool left = false;  // kInUse only: the memory left the process (MarkLeft)
     size_t parked = 0;  // kDeferred only: parked, with this malloc_usable_size (0: not)
@@ -397,12 +409,31 @@ class Pool {
   mutable std::mutex mu_;
   std::condition_variable evicted_;  // an eviction or a register finished: AwaitQuiet looks again
   Map entries_ ABSL_GUARDED_BY(mu_);
-  absl::btree_map<uint64_t, uintptr_t> lru_ ABSL_GUARDED_BY(mu_);  // key -> base, deferred only
+  // Deferred entries in deferral order: lru_key -> base. A sentinel past
+  // every real key stays in the btree, so that it never frees its root when
+  // the last deferred entry leaves (a hit) and allocates one when the next
+  // comes (a deferral): a loop of one buffer would allocate per call.
+  class LruIndex {
+   public:
+    using iterator = absl::btree_map<uint64_t, uintptr_t>::iterator;
+    LruIndex() { map_.emplace(kSentinel, 0); }
+    bool empty() const { return map_.size() == 1; }
+    iterator begin() { return map_.begin(); }
+    iterator end() { return std::prev(map_.end()); }  // the sentinel
+    void emplace(uint64_t key, uintptr_t base) { map_.emplace(key, base); }
+    void erase(uint64_t key) { map_.erase(key); }
+
+   private:
+    static constexpr uint64_t kSentinel = ~uint64_t{0};
+    absl::btree_map<uint64_t, uintptr_t> map_;
+  };
+  LruIndex lru_ ABSL_GUARDED_BY(mu_);
   uint64_t next_lru_key_ ABSL_GUARDED_BY(mu_) = 1;
   // Program calls on their way to the driver (page ranges): a call on an
   // overlapping range waits, as the driver orders them, so that none acts on
   // a state the driver no longer has. A handful at a time.
   std::vector<Range> inflight_ ABSL_GUARDED_BY(mu_);
+  size_t evicting_ ABSL_GUARDED_BY(mu_) = 0;  // entries in kEvicting: with inflight_ empty, all is quiet
   PoolCounters counters_ ABSL_GUARDED_BY(mu_);
   Queried queried_[16] ABSL_GUARDED_BY(mu_);
   int queried_next_ ABSL_GUARDED_BY(mu_) = 0;

@@ -260,8 +260,9 @@ class CudaPoolDriver final : public PoolDriver {
   void Prefault(uintptr_t lo, uintptr_t hi, unsigned flags) override {
     if (ShouldPrefault(lo, hi, flags, prefault_threads_)) PrefaultRange(lo, hi, prefault_threads_);
   }
-  void DrainChanges(absl::FunctionRef<void(uintptr_t, uintptr_t)> changed) override {
-    if (watch_ != nullptr) watch_->Drain(changed);
+  void DrainChanges(DrainScope scope, absl::FunctionRef<void(uintptr_t, uintptr_t)> changed) override {
+    if (watch_ == nullptr) return;
+    scope == DrainScope::kReturned ? watch_->DrainReturned(changed) : watch_->Drain(changed);
   }
 
   int Unregister(uintptr_t ptr, Context ctx, ReleaseWait* wait) override {
@@ -273,6 +274,7 @@ class CudaPoolDriver final : public PoolDriver {
     return ReadPageFrames(ptr, bytes, frames);
   }
   int64_t NowNs() override { return MonotonicNs(); }
+  int64_t AgeClockNs() override { return CoarseMonotonicNs(); }
 
  private:
   MemWatch* const watch_;

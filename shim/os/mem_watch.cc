@@ -17,6 +17,18 @@
 //     registered the freed address meanwhile).
 //  4. A full ring sets `overflow_` inside a pass, so B sees it and applies
 //     everything.
+//  5. DrainReturned (hits, deferrals) makes no read: Settled() says whether
+//     every event read so far is applied. An event E whose system call has
+//     returned was read inside a reader pass (pushed before `reading_` turns
+//     even) or by a Drain (`draining_` nonzero from before its read until
+//     after its applies). Settled loads, in this order: `reading_` (odd: a
+//     pass is open), `overflow_`, the ring's tail then head (an event pushed
+//     and not popped), `draining_` last (a Drain that popped or read E and
+//     has not finished applying it: a pop precedes the load of head, the
+//     Drain's increment precedes its pop, so `draining_` is still nonzero
+//     unless the Drain finished). All four as before: every read event is
+//     applied. Events queued and unread are the reader's; their system call
+//     has not returned, so no program order puts them before the hit.
 // The reader never takes apply_mu_ or any lock of the pool's, and a Drain
 // holds nothing the reader needs: a signal handler that unmaps on a thread
 // inside Drain waits only for the reader, which never waits on anyone. So a
@@ -333,9 +345,22 @@ void MemWatch::Apply(const Event& e, bool all_dirty,
   }
 }
 
+bool MemWatch::Settled() const {
+  if (reading_.load(std::memory_order_seq_cst) % 2 != 0) return false;
+  if (overflow_.load(std::memory_order_seq_cst)) return false;
+  const uint64_t tail = ring_tail_.load(std::memory_order_seq_cst);
+  if (ring_head_.load(std::memory_order_seq_cst) != tail) return false;
+  return draining_.load(std::memory_order_seq_cst) == 0;
+}
+
 void MemWatch::DrainSlow(absl::FunctionRef<void(uintptr_t, uintptr_t)> apply) {
   if (abandoned_.load(std::memory_order_relaxed)) return;
   std::lock_guard<std::mutex> applying(apply_mu_);
+  draining_.fetch_add(1, std::memory_order_seq_cst);
+  struct Done {
+    std::atomic<uint32_t>* draining;
+    ~Done() { draining->fetch_sub(1, std::memory_order_seq_cst); }
+  } done{&draining_};
   ReadEvents([&](const Event& e) { Apply(e, false, apply); });
   // The reader's pass in progress, if any, may hold events queued before
   // the read above returned: let it push them.

@@ -107,6 +107,17 @@ class MemWatch {
     if (watched_runs_.load(std::memory_order_relaxed) == 0) return;
     DrainSlow(apply);
   }
+  // Drain() of what has been read: every event whose system call has
+  // returned (its thread waits in the kernel until the event is read), and
+  // no read(2) of its own. Events the kernel has queued and nobody has read
+  // yet (their system call still in progress) are the reader thread's: it
+  // reads them within microseconds, and the next Drain or DrainReturned
+  // applies them. When everything read is applied: four loads, no system
+  // call, no lock. The hit and deferral path's drain.
+  void DrainReturned(absl::FunctionRef<void(uintptr_t lo, uintptr_t hi)> apply) {
+    if (watched_runs_.load(std::memory_order_relaxed) == 0 || Settled()) return;
+    DrainSlow(apply);
+  }
 
   // In a fork's child: forget everything; no thread, no ioctl, no lock.
   void AbandonAfterFork();
@@ -151,6 +162,9 @@ class MemWatch {
   bool Push(const Event& e);  // producer: the reader thread
   bool Pop(Event* e);         // consumer: holder of apply_mu_
   void DrainSlow(absl::FunctionRef<void(uintptr_t, uintptr_t)> apply);
+  // True when every event read from the descriptor so far has been applied
+  // by a Drain that returned (see the ordering in mem_watch.cc).
+  bool Settled() const;
   // Splits the run containing `at` so that a run starts there.
   void SplitAt(uintptr_t at) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Unregisters the parts of [lo, hi) that no watched run holds.
@@ -173,6 +187,9 @@ class MemWatch {
 
   // The reader's read passes: odd from before its read until after its push.
   std::atomic<uint32_t> reading_{0};
+  // Drains in progress: nonzero from before a Drain's read until after its
+  // last apply (Settled: an event it read may not be applied yet).
+  std::atomic<uint32_t> draining_{0};
   std::mutex apply_mu_;  // Drain: across read, pop and apply (consumers serialized)
   std::mutex mu_;        // the runs
   absl::btree_map<uintptr_t, Run> runs_ ABSL_GUARDED_BY(mu_);

@@ -34,7 +34,7 @@ class FakeDriver final : public PoolDriver {
     return PassReason::kNone;
   }
   void Release(uintptr_t, uintptr_t) override { watched -= 1; }
-  void DrainChanges(absl::FunctionRef<void(uintptr_t, uintptr_t)> changed) override {
+  void DrainChanges(DrainScope, absl::FunctionRef<void(uintptr_t, uintptr_t)> changed) override {
     for (auto [lo, hi] : changes) changed(lo, hi);
     changes.clear();
   }

@@ -36,7 +36,7 @@ class ModelPoolDriver final : public PoolDriver {
   bool ReadFrames(uintptr_t, size_t, std::vector<uint64_t>*) override { return false; }
   int64_t NowNs() override { return 0; }
   // The kernel watch: ranges whose pages changed, reported at the next drain.
-  void DrainChanges(absl::FunctionRef<void(uintptr_t, uintptr_t)> changed) override {
+  void DrainChanges(DrainScope, absl::FunctionRef<void(uintptr_t, uintptr_t)> changed) override {
     ++drains;
     for (auto [lo, hi] : changes) changed(lo, hi);
     changes.clear();

@@ -467,6 +467,78 @@ TEST_F(MemWatchTest, DrainSeesEveryUnmapThatReturnedNoOtherConsumer) {
   EXPECT_EQ(missed, 0);
 }
 
+// DrainReturned makes no read of its own: what it applies is what the reader
+// thread (or another Drain) has read, which includes every unmap that
+// returned. Other threads drain meanwhile, both ways, so that events are
+// read and popped by others mid-check.
+TEST_F(MemWatchTest, DrainReturnedSeesEveryUnmapThatReturned) {
+  constexpr int kRounds = 3000;
+  std::atomic<char*> mapped{nullptr};
+  std::atomic<int> unmapped{0};  // rounds whose munmap returned
+  std::thread a([&] {
+    for (int i = 0; i < kRounds; ++i) {
+      char* p;
+      while ((p = mapped.exchange(nullptr)) == nullptr) std::this_thread::yield();
+      syscall(SYS_munmap, p, 2 * kPage);
+      unmapped.store(i + 1);
+    }
+  });
+  std::atomic<uintptr_t> current{0}, applied{0};
+  auto apply = [&](uintptr_t lo, uintptr_t hi) {
+    const uintptr_t c = current.load();
+    if (lo <= c && hi >= c + 2 * kPage) applied.store(c);
+  };
+  std::atomic<bool> stop{false};
+  std::thread other([&] {
+    for (int n = 0; !stop.load(); ++n) n % 2 ? watch_->Drain(apply) : watch_->DrainReturned(apply);
+  });
+  int missed = 0;
+  for (int i = 0; i < kRounds; ++i) {
+    char* p = MapAnon(2);
+    ASSERT_TRUE(watch_->Watch(Addr(p), Addr(p) + 2 * kPage));
+    current.store(Addr(p));
+    mapped.store(p);
+    while (unmapped.load() != i + 1) std::this_thread::yield();
+    watch_->DrainReturned(apply);
+    if (applied.load() != Addr(p)) ++missed;
+    watch_->Unwatch(Addr(p), Addr(p) + 2 * kPage);
+  }
+  stop.store(true);
+  other.join();
+  a.join();
+  EXPECT_EQ(missed, 0);
+}
+
+TEST_F(MemWatchTest, DrainReturnedSeesEveryUnmapThatReturnedNoOtherConsumer) {
+  constexpr int kRounds = 3000;
+  std::atomic<char*> mapped{nullptr};
+  std::atomic<int> unmapped{0};
+  std::thread a([&] {
+    for (int i = 0; i < kRounds; ++i) {
+      char* p;
+      while ((p = mapped.exchange(nullptr)) == nullptr) std::this_thread::yield();
+      syscall(SYS_munmap, p, 2 * kPage);
+      unmapped.store(i + 1);
+    }
+  });
+  int missed = 0;
+  std::vector<std::pair<uintptr_t, uintptr_t>> got;
+  got.reserve(64);
+  for (int i = 0; i < kRounds; ++i) {
+    char* p = MapAnon(2);
+    ASSERT_TRUE(watch_->Watch(Addr(p), Addr(p) + 2 * kPage));
+    got.clear();
+    mapped.store(p);
+    while (unmapped.load() != i + 1) std::this_thread::yield();
+    watch_->DrainReturned([&](uintptr_t lo, uintptr_t hi) { got.emplace_back(lo, hi); });
+    Applied applied{got};
+    if (!applied.Covers(Addr(p), Addr(p) + 2 * kPage)) ++missed;
+    watch_->Unwatch(Addr(p), Addr(p) + 2 * kPage);
+  }
+  a.join();
+  EXPECT_EQ(missed, 0);
+}
+
 TEST_F(MemWatchTest, PagesSharedByTwoRangesStayWatched) {
   char* p = MapAnon(6);
   // A: pages 0..2 (up to the middle of page 2); B: from the middle of page 2 to 5.

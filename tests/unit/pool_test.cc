@@ -640,7 +640,7 @@ class SlowUnregisterDriver final : public PoolDriver {
   }
   bool ReadFrames(uintptr_t, size_t, std::vector<uint64_t>*) override { return false; }
   int64_t NowNs() override { return 0; }
-  void DrainChanges(absl::FunctionRef<void(uintptr_t, uintptr_t)> changed) override {
+  void DrainChanges(DrainScope, absl::FunctionRef<void(uintptr_t, uintptr_t)> changed) override {
     std::vector<std::pair<uintptr_t, uintptr_t>> taken;
     {
       std::lock_guard<std::mutex> lock(mu);
