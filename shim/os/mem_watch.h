@@ -100,11 +100,13 @@ class MemWatch {
   // Calls apply(lo, hi) for every range the kernel reported since the last
   // Drain (apply(0, UINTPTR_MAX) after an overflow). It sees every event
   // whose system call has returned, and every event the kernel has queued
-  // but nobody has read yet. When nothing is watched: one relaxed load.
+  // but nobody has read yet. When nothing is watched and every event read is
+  // applied (events of ranges unwatched since must not reach a later Watch
+  // of the same addresses): a few loads.
   // Call it without holding any lock that `apply` takes; not from a signal
   // handler that may have interrupted Drain on the same thread.
   void Drain(absl::FunctionRef<void(uintptr_t lo, uintptr_t hi)> apply) {
-    if (watched_runs_.load(std::memory_order_relaxed) == 0) return;
+    if (watched_runs_.load(std::memory_order_relaxed) == 0 && Settled()) return;
     DrainSlow(apply);
   }
   // Drain() of what has been read: every event whose system call has
@@ -115,7 +117,7 @@ class MemWatch {
   // applies them. When everything read is applied: four loads, no system
   // call, no lock. The hit and deferral path's drain.
   void DrainReturned(absl::FunctionRef<void(uintptr_t lo, uintptr_t hi)> apply) {
-    if (watched_runs_.load(std::memory_order_relaxed) == 0 || Settled()) return;
+    if (Settled()) return;
     DrainSlow(apply);
   }
 

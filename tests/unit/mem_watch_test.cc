@@ -539,6 +539,27 @@ TEST_F(MemWatchTest, DrainReturnedSeesEveryUnmapThatReturnedNoOtherConsumer) {
   EXPECT_EQ(missed, 0);
 }
 
+// An event read after its range was unwatched belongs to the old mapping:
+// a Drain with nothing watched still takes it, so that a later Watch of the
+// same addresses (a new mapping) never sees it.
+TEST_F(MemWatchTest, AnEventOfAnUnwatchedRangeNeverReachesALaterWatch) {
+  char* p = MapAnon(4);
+  WatchPages(p, 4);
+  ASSERT_EQ(syscall(SYS_munmap, p, 4 * kPage), 0);  // read by the reader: in its ring now
+  watch_->Unwatch(Addr(p), Addr(p) + 4 * kPage);
+  ASSERT_EQ(watch_->WatchedRuns(), 0u);
+  DrainOnce(*watch_);  // nothing watched: takes what was read all the same
+  char* q = static_cast<char*>(mmap(p, 4 * kPage, PROT_READ | PROT_WRITE,
+                                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0));
+  ASSERT_EQ(q, p);
+  ASSERT_TRUE(watch_->Watch(Addr(q), Addr(q) + 4 * kPage));
+  Applied later;
+  watch_->DrainReturned([&](uintptr_t lo, uintptr_t hi) { later.ranges.emplace_back(lo, hi); });
+  EXPECT_TRUE(later.ranges.empty()) << "the old mapping's unmap reached the new one";
+  watch_->Unwatch(Addr(q), Addr(q) + 4 * kPage);
+  munmap(q, 4 * kPage);
+}
+
 TEST_F(MemWatchTest, PagesSharedByTwoRangesStayWatched) {
   char* p = MapAnon(6);
   // A: pages 0..2 (up to the middle of page 2); B: from the middle of page 2 to 5.
