@@ -53,7 +53,7 @@ int SizeClass(size_t bytes);
 const char* SizeClassName(int size_class);
 
 // What the pool saved in one process: the one definition, shared with the
-// report (scripts/lazypin_report.py, saving_of; the report's tests hold the
+// report (scripts/lazypin_report/savings.py, saving_of; the report's tests hold the
 // two to each other on the same logs). Estimated from this process's own
 // calls, in the order the log holds them:
 //   price of a hit: the mean warm real register of its size class (a

@@ -1340,12 +1340,15 @@ class RunOptions(unittest.TestCase):
         r = lazypin("run", "--dry-run", "--", "x", env=clean_env(LAZYPIN_LIB="/nonexistent/l.so"))
         self.assertEqual(r.returncode, 2)
         with tempfile.TemporaryDirectory() as prefix:
-            # installed: <prefix>/bin/lazypin, <prefix>/libexec/lazypin/lazypin_report.py
+            # installed: <prefix>/bin/lazypin, <prefix>/libexec/lazypin/lazypin_report/
             os.makedirs(os.path.join(prefix, "bin"))
             os.makedirs(os.path.join(prefix, "libexec", "lazypin"))
             script = os.path.join(prefix, "bin", "lazypin")
             shutil.copy(LAZYPIN, script)
             shutil.copy(REPORT, os.path.join(prefix, "libexec", "lazypin"))
+            shutil.copytree(os.path.join(SCRIPTS, "lazypin_report"),
+                            os.path.join(prefix, "libexec", "lazypin", "lazypin_report"),
+                            ignore=shutil.ignore_patterns("__pycache__"))
             shutil.copy(OPTIONS_TOOL, os.path.join(prefix, "libexec", "lazypin"))
             r = lazypin("run", "--dry-run", "--", "x", script=script)
             self.assertEqual(r.returncode, 2)

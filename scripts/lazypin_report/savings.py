@@ -1,0 +1,202 @@
+"""What lazypin saved: the one definition of every saving the report shows
+(the pool's, the shim's Saving in shim/telemetry/stats.h, and auto-pin's)."""
+
+import math
+
+from .base import Agg, SIZE_CLASS_NAMES, as_int, is_unregister
+from .fmt import fmt_bytes, fmt_ns
+
+
+# a price rests on at least this many real calls (the shim's kMinPriceCalls)
+MIN_PRICE_CALLS = 3
+
+
+def _price(agg):
+    """(calls, mean, variance of the mean) of an Agg of real calls, or None
+    (fewer than MIN_PRICE_CALLS)."""
+    if agg is None or agg.n < MIN_PRICE_CALLS:
+        return None
+    n = agg.n
+    mean = agg.total / n
+    vom = 0.0
+    if n >= 2:
+        var = (agg.sq - agg.total * agg.total / n) / (n - 1)
+        vom = var / n if var > 0 else 0.0
+    return (n, mean, vom)
+
+
+def log_prices(log):
+    """What a call costs without the pool in this process, as the shim prices
+    it: per size class the warm real registers (successful misses and forwards
+    that evicted nothing, the process's first real register left out); for
+    unregisters the successful real calls, else the successful evictions."""
+    reg = {}
+    unreg = Agg()
+    good_ev = Agg()
+    for (api, action, sclass, err, warm, inev, reason, stack), g in log.groups.items():
+        if err:
+            continue
+        if sclass is not None and warm:
+            reg.setdefault(sclass, Agg()).merge(g)
+        elif sclass is None and action in ("forward", "passthrough") and is_unregister(api):
+            unreg.merge(g)
+    for (reason, err, forced, stack), g in log.egroups.items():
+        if not err:
+            good_ev.merge(g)
+    return {"reg": {c: _price(a) for c, a in reg.items()},
+            "unreg": _price(unreg) or _price(good_ev)}
+
+
+def group_price(key, prices):
+    """The price (calls, mean, variance of the mean) of one call of group `key`
+    without the pool: hits and deferrals only; None: not pooled, or unpriced."""
+    action, sclass = key[1], key[2]
+    if action == "hit" and sclass is not None:
+        return prices["reg"].get(sclass)
+    if action == "deferred":
+        return prices["unreg"]
+    return None
+
+
+def group_saving(key, g, prices):
+    """What the calls of one group saved, before evictions (0 if unpriced)."""
+    p = group_price(key, prices)
+    return 0.0 if p is None else g.n * p[1] - g.total
+
+
+def saving_of(log):
+    """What the pool saved in one process (see shim/telemetry/stats.h, Saving): priced
+    hits and deferrals at this process's own real calls, net of their time and
+    of evictions made inside them, minus every eviction's time."""
+    prices = log_prices(log)
+    saved = 0.0
+    hits = {}        # size class -> calls, and the deferrals under None
+    for key, g in log.groups.items():
+        if key[1] == "hit" and key[2] is not None:
+            hits[key[2]] = hits.get(key[2], 0) + g.n
+        elif key[1] == "deferred":
+            hits[None] = hits.get(None, 0) + g.n
+    out = {"saved_ns": 0, "spread_ns": 0, "hits": 0, "hits_priced": 0, "deferred": 0,
+           "deferred_priced": 0, "evictions": 0, "evictions_ns": 0, "price_calls": 0,
+           "processes": 1, "estimable": False}
+    variance = 0.0
+    for sclass in SIZE_CLASS_NAMES + (None,):
+        n = hits.get(sclass, 0)
+        kind = "deferred" if sclass is None else "hits"
+        out[kind] += n
+        p = prices["unreg"] if sclass is None else prices["reg"].get(sclass)
+        if not n or p is None:
+            continue
+        out[kind + "_priced"] += n
+        out["price_calls"] += p[0]
+        variance += float(n) * float(n) * p[2]
+        # the calls' time net of the evictions made inside them
+        saved += n * p[1] - sum(g.total for k, g in log.groups.items()
+                                if (k[1], k[2] if sclass is not None else None)
+                                == (("deferred", None) if sclass is None else ("hit", sclass)))
+        saved += log.in_call_evictions.get(("deferred", None) if sclass is None else ("hit", sclass), 0)
+    for key, g in log.egroups.items():
+        out["evictions"] += g.n
+        out["evictions_ns"] += g.total
+    saved -= out["evictions_ns"]
+    out["saved_ns"] = round_ns(saved)
+    out["spread_ns"] = round_ns(2 * math.sqrt(variance))
+    out["estimable"] = bool(out["hits_priced"] + out["deferred_priced"]
+                            or (out["hits"] + out["deferred"] == 0 and out["evictions"]))
+    return out
+
+
+def round_ns(v):
+    """Round half away from zero, as the shim (RoundNs in shim/telemetry/stats.cc)."""
+    return int(math.floor(v + 0.5)) if v >= 0 else -int(math.floor(-v + 0.5))
+
+
+def saving_total(savings):
+    """Several processes' savings: the estimable ones' figures summed (spreads
+    in quadrature), the others counted."""
+    out = {"saved_ns": 0, "spread_ns": 0, "hits": 0, "hits_priced": 0, "deferred": 0,
+           "deferred_priced": 0, "evictions": 0, "evictions_ns": 0, "price_calls": 0,
+           "processes": 0, "not_estimable": 0, "estimable": False}
+    var = 0.0
+    for sv in savings:
+        for k in ("hits", "hits_priced", "deferred", "deferred_priced",
+                  "evictions", "evictions_ns", "price_calls", "processes"):
+            out[k] += sv[k]
+        if sv["estimable"]:
+            out["saved_ns"] += sv["saved_ns"]
+            var += float(sv["spread_ns"]) ** 2
+            out["estimable"] = True
+        elif sv["hits"] + sv["deferred"] + sv["evictions"]:
+            out["not_estimable"] += 1
+    out["spread_ns"] = round_ns(math.sqrt(var))
+    return out
+
+
+def saving_text(sv):
+    """The saving as one line: for one process exactly the shim's exit summary
+    (SavingText in shim/telemetry/stats.cc)."""
+    if not sv["estimable"]:
+        return ("saving not estimable (fewer than %d real calls of a kind in this process to price "
+                "the hits and deferrals): measure it with --compare against a bare run"
+                % MIN_PRICE_CALLS)
+    saved = sv["saved_ns"]
+    out = ("saved " + fmt_ns(saved)) if saved >= 0 else ("cost %s more than it saved" % fmt_ns(-saved))
+    if sv["spread_ns"] > 0:
+        out += " +/- " + fmt_ns(sv["spread_ns"])
+    n = sv["price_calls"]
+    if sv["processes"] > 1:
+        k = sv["processes"] - sv.get("not_estimable", 0)
+        out += " (estimated per process from its own real calls: %d process%s, %d call%s" % (
+            k, "" if k == 1 else "es", n, "" if n == 1 else "s")
+        if sv.get("not_estimable"):
+            out += "; %d processes not estimable, left out" % sv["not_estimable"]
+    else:
+        out += " (estimated from %d real call%s of this run" % (n, "" if n == 1 else "s")
+    unpriced = (sv["hits"] - sv["hits_priced"]) + (sv["deferred"] - sv["deferred_priced"])
+    if unpriced:
+        out += "; %d hits/deferrals unpriced, counted as 0" % unpriced
+    return out + ")"
+
+
+SAVING_METHOD = (
+    "estimated per process from its own calls: each hit priced at the mean warm real register "
+    "of its size class (the process's first register and registers that evicted are left out), "
+    "each deferred unregister at the mean real unregister (else the mean eviction), minus the "
+    "hit's or deferral's own time; every eviction lazypin made counted as cost; +/- is two "
+    "standard errors of those means; a price rests on at least %d real calls, and a hit or "
+    "deferral without them counts 0. The shim's exit summary prints the same figure."
+    % MIN_PRICE_CALLS)
+
+
+# Copy rates for the auto-pin indication: the H200's (docs/benchmarks.md: 64 MiB
+# pageable 9.4-11 ms, pinned 1.24-1.29 ms), as bytes per ns. The shim does not
+# time copies, so this is no rate of the machine a log comes from; the text says so.
+PAGEABLE_BYTES_PER_NS = 6.5
+PINNED_BYTES_PER_NS = 53.0
+
+
+def autopin_summary(logs):
+    """What LAZYPIN_AUTOPIN did: from the autopin records and the summaries' pool.autopin."""
+    out = {"pins": 0, "failed": 0, "bytes": 0, "register_ns": 0, "apis": {}, "copies": None,
+           "copy_bytes": None, "program_hits": None, "over_bound": None}
+    for log in logs:
+        a = log.autopin
+        for k in ("pins", "failed", "bytes", "register_ns"):
+            out[k] += a[k]
+        for api, n in a["apis"].items():
+            out["apis"][api] = out["apis"].get(api, 0) + n
+        s = (log.summary or {}).get("pool", {}).get("autopin")
+        if isinstance(s, dict):
+            for key, field in (("copies", "copies"), ("copy_bytes", "copy_bytes"),
+                               ("program_hits", "hits"), ("over_bound", "full")):
+                out[key] = (out[key] or 0) + as_int(s.get(field))
+    pinned_bytes = out["bytes"] + (out["copy_bytes"] or 0)
+    per_byte = 1.0 / PAGEABLE_BYTES_PER_NS - 1.0 / PINNED_BYTES_PER_NS
+    out["saved_ns_est"] = int(pinned_bytes * per_byte - out["register_ns"])
+    out["method"] = ("%s copied at the pinned rate (first copies %s + later copies %s), priced at "
+                     "the H200's pageable %.1f GB/s vs pinned %.0f GB/s (not this machine's: "
+                     "lazypin does not time copies; compare wall times), minus the registers' "
+                     "measured %s" % (fmt_bytes(pinned_bytes), fmt_bytes(out["bytes"]),
+                                      fmt_bytes(out["copy_bytes"] or 0), PAGEABLE_BYTES_PER_NS,
+                                      PINNED_BYTES_PER_NS, fmt_ns(out["register_ns"])))
+    return out
