@@ -5,6 +5,7 @@ import math
 from .base import as_int
 from .fmt import fmt_bytes, fmt_ns, fmt_size_setting
 from .read import process_info
+from .savings import defer_estimate_ns
 
 
 def nice_ms(ms):
@@ -168,7 +169,7 @@ def advise(logs, procs, pool):
     regs = sum(g.n for log in logs for k, g in log.groups.items()
                if k[2] is not None and not k[3] and log.mode == "log")
     if n >= 2 and n * 4 >= regs:
-        est = total("rereg_ns")
+        est = defer_estimate_ns(logs)
         add("defer",
             "%d of %d registers were of an address and size registered before (with an "
             "unregister between): in defer mode they would be pool hits" % (n, regs),

@@ -3,7 +3,7 @@ and plot outputs show."""
 
 from .base import Agg, EVICT_REASONS, JSON_SCHEMA, SIZE_CLASS_NAMES, api_sort_key, as_int, is_unregister, result_name
 from .read import process_info
-from .savings import SAVING_METHOD, autopin_summary, saving_of, saving_text, saving_total
+from .savings import autopin_summary, pool_saving
 from .callsites import call_sites
 from .advice import advise
 
@@ -64,15 +64,7 @@ def analyze(logs, top=10):
         for p in spools:
             for r, n in (p.get("evictions") or {}).items():
                 summary_evictions[r] = summary_evictions.get(r, 0) + as_int(n)
-    per_log = [saving_of(log) for log in logs]
-    sv = saving_total(per_log)
-    sv["calls_ns"] = sum(g.total for log in logs for g in log.groups.values())
-    # the time the process spent in registration work: its calls, and the
-    # evictions made outside them (those inside are in the calls' time)
-    sv["measured_ns"] = (sv["calls_ns"] + sv["evictions_ns"]
-                         - sum(v for log in logs for v in log.in_call_evictions.values()))
-    sv["text"] = saving_text(sv)
-    sv["method"] = SAVING_METHOD
+    sv, per_log = pool_saving(logs)
     evict_count = sum(a.n for a in ev_by_reason.values())
     pool_used = bool(hits or misses or deferred or evict_count)
     pool = {

@@ -8,7 +8,7 @@ from .base import api_sort_key, as_int
 from .fmt import fmt_ns, fmt_pct, table
 from .read import load
 from .aggregate import analyze
-from .savings import saving_text, saving_total
+from .savings import saving_from_summary, saving_text, saving_total
 from .render import pool_verdict
 
 
@@ -59,16 +59,9 @@ def brief_from_summaries(paths):
         pool = rec.get("pool") if isinstance(rec.get("pool"), dict) else {}
         pool_hits += as_int(pool.get("hits"))
         pool_regs += as_int(pool.get("hits")) + as_int(pool.get("misses"))
-        sv = pool.get("saving")
-        if isinstance(sv, dict):
-            sv = {k: as_int(sv.get(k)) for k in ("saved_ns", "spread_ns", "hits", "hits_priced",
-                                                  "deferred", "deferred_priced", "evictions",
-                                                  "evictions_ns", "price_calls")}
-            sv["processes"] = 1
-            sv["estimable"] = bool(sv["hits_priced"] + sv["deferred_priced"]
-                                   or (sv["hits"] + sv["deferred"] == 0 and sv["evictions"]))
-            if sv["hits"] + sv["deferred"] + sv["evictions"]:
-                savings.append(sv)
+        sv = saving_from_summary(pool.get("saving"))
+        if sv is not None:
+            savings.append(sv)
     L = []
     rows = [[api, a["calls"], a["errors"],
              fmt_ns(a["p50_ns"][0]) if len(a["p50_ns"]) == 1 else "-",

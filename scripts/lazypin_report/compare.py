@@ -5,6 +5,7 @@ import os
 from .base import api_sort_key
 from .fmt import ratio
 from .render import fmt_argv, run_mode
+from .savings import measured_saving
 
 
 def is_bare(doc):
@@ -58,34 +59,8 @@ def compare(base, other):
     elif is_bare(other) and not is_bare(base):
         bare, pooled, side = other, base, "baseline"
     if bare is not None:
-        bare_ns = 0
-        scaled = False
-        for api in apis:
-            a = bare["apis"].get(api)
-            b = pooled["apis"].get(api)
-            if not a or not b:
-                continue
-            if a["calls"] == b["calls"]:
-                bare_ns += a["total_ns"]
-            else:
-                scaled = True
-                bare_ns += a["total_ns"] * b["calls"] / a["calls"]
-        measured = pooled["pool"]["saving"]["measured_ns"]
-        saved = int(round(bare_ns - measured))
-        res["saving"] = {
-            "pooled_run": side, "saved_ns": saved, "bare_ns": int(round(bare_ns)),
-            "pooled_ns": measured, "scaled": scaled,
-            "estimate_ns": pooled["pool"]["saved_ns_records"],
-            "estimate_text": pooled["pool"]["saving"]["text"],
-            "method": "measured: the bare run's time in registration calls%s, minus the "
-                      "pooled run's (its calls, and lazypin's evictions outside them)"
-                      % (" (scaled per API to the pooled run's number of calls)" if scaled else "")}
-        ap = pooled.get("autopin") or {}
-        if ap.get("pins"):
-            res["saving"]["autopin"] = {
-                "saved_ns_est": ap["saved_ns_est"], "register_ns": ap["register_ns"],
-                "note": "auto-pin changed copy times, which the logs do not hold: not in the "
-                        "measured figure; compare the programs' wall times"}
+        res["saving"] = measured_saving(bare, pooled, side)
+        saved = res["saving"]["saved_ns"]
         pooled["pool"]["saved_ns_est"] = saved
         pooled["pool"]["saved_ns_source"] = "measured"
     return res

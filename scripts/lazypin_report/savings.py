@@ -3,7 +3,7 @@
 
 import math
 
-from .base import Agg, SIZE_CLASS_NAMES, as_int, is_unregister
+from .base import Agg, SIZE_CLASS_NAMES, api_sort_key, as_int, is_unregister
 from .fmt import fmt_bytes, fmt_ns
 
 
@@ -156,6 +156,78 @@ def saving_text(sv):
     if unpriced:
         out += "; %d hits/deferrals unpriced, counted as 0" % unpriced
     return out + ")"
+
+
+
+def pool_saving(logs):
+    """(the run's saving, each log's saving): each process estimated by
+    saving_of, the run's their saving_total, with what registration took
+    (calls_ns; measured_ns: the calls and the evictions made outside them,
+    those inside being in the calls' time), the text and the method."""
+    per_log = [saving_of(log) for log in logs]
+    sv = saving_total(per_log)
+    sv["calls_ns"] = sum(g.total for log in logs for g in log.groups.values())
+    sv["measured_ns"] = (sv["calls_ns"] + sv["evictions_ns"]
+                         - sum(v for log in logs for v in log.in_call_evictions.values()))
+    sv["text"] = saving_text(sv)
+    sv["method"] = SAVING_METHOD
+    return sv, per_log
+
+
+SUMMARY_SAVING_KEYS = ("saved_ns", "spread_ns", "hits", "hits_priced", "deferred",
+                       "deferred_priced", "evictions", "evictions_ns", "price_calls")
+
+
+def saving_from_summary(rec):
+    """One process's saving as its summary record's pool.saving states it (the
+    shim's Saving), in saving_of's form; None where the record has none or
+    the pool did nothing."""
+    if not isinstance(rec, dict):
+        return None
+    sv = {k: as_int(rec.get(k)) for k in SUMMARY_SAVING_KEYS}
+    sv["processes"] = 1
+    sv["estimable"] = bool(sv["hits_priced"] + sv["deferred_priced"]
+                           or (sv["hits"] + sv["deferred"] == 0 and sv["evictions"]))
+    return sv if sv["hits"] + sv["deferred"] + sv["evictions"] else None
+
+
+def measured_saving(bare, pooled, side):
+    """--compare of a bare run (log or off mode) with a pooled one (documents
+    of analyze): the bare run's time in registration calls (per API, scaled
+    to the pooled run's number of calls where they differ) minus the pooled
+    run's measured_ns. `side` names the pooled run ("baseline" or "other")."""
+    bare_ns = 0
+    scaled = False
+    for api in sorted(set(bare["apis"]) & set(pooled["apis"]), key=api_sort_key):
+        a, b = bare["apis"][api], pooled["apis"][api]
+        if a["calls"] == b["calls"]:
+            bare_ns += a["total_ns"]
+        else:
+            scaled = True
+            bare_ns += a["total_ns"] * b["calls"] / a["calls"]
+    measured = pooled["pool"]["saving"]["measured_ns"]
+    out = {
+        "pooled_run": side, "saved_ns": int(round(bare_ns - measured)),
+        "bare_ns": int(round(bare_ns)), "pooled_ns": measured, "scaled": scaled,
+        "estimate_ns": pooled["pool"]["saved_ns_records"],
+        "estimate_text": pooled["pool"]["saving"]["text"],
+        "method": "measured: the bare run's time in registration calls%s, minus the "
+                  "pooled run's (its calls, and lazypin's evictions outside them)"
+                  % (" (scaled per API to the pooled run's number of calls)" if scaled else "")}
+    ap = pooled.get("autopin") or {}
+    if ap.get("pins"):
+        out["autopin"] = {
+            "saved_ns_est": ap["saved_ns_est"], "register_ns": ap["register_ns"],
+            "note": "auto-pin changed copy times, which the logs do not hold: not in the "
+                    "measured figure; compare the programs' wall times"}
+    return out
+
+
+def defer_estimate_ns(logs):
+    """Log mode: what --defer would save on registers of an address and size
+    registered before (with an unregister between): those registers' time
+    and that of the unregisters before them."""
+    return sum(log.f["rereg_ns"] for log in logs)
 
 
 SAVING_METHOD = (

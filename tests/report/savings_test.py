@@ -26,6 +26,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPORT = os.path.join(HERE, "..", "..", "scripts", "lazypin_report.py")
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+from lazypin_report import aggregate, read, savings  # noqa: E402  the report's own modules
 
 PY_CLIENT = r"""
 import ctypes, sys
@@ -100,6 +102,9 @@ def main(build):
             if not m:
                 fail("%s: no pool line in the exit summary:\n%s" % (name, err))
             shim_text = m.group(1)
+            module_text = savings.saving_text(savings.saving_of(read.load([log])[0]))
+            if module_text != shim_text:
+                fail("%s: the exit summary says %r, the savings module %r" % (name, shim_text, module_text))
             doc = report_json(log)
             if doc["pool"]["saving"]["text"] != shim_text:
                 fail("%s: the exit summary says %r, the report %r"
@@ -129,6 +134,10 @@ def main(build):
         text = report(d).stdout
         if "saving not estimable" in text.split("== pool")[1].split("==")[0] and doc["pool"]["saving"]["estimable"]:
             fail("the directory report calls an estimable saving not estimable:\n" + text)
+        module_sv, _ = savings.pool_saving(read.load([d]))
+        if (module_sv["saved_ns"], module_sv["text"]) != (doc["pool"]["saving"]["saved_ns"],
+                                                          doc["pool"]["saving"]["text"]):
+            fail("directory: the report %r, the savings module %r" % (doc["pool"]["saving"], module_sv))
         print("ok directory: %s" % doc["pool"]["saving"]["text"])
 
         # a bounded log: per-call records stop, the tables stay exact
@@ -168,6 +177,10 @@ def main(build):
         c = report_json(bare, "--compare", pooled)["comparison"]
         if c["saving"] is None or c["saving"]["pooled_run"] != "other":
             fail("--compare gave no measured saving: %r" % c["saving"])
+        module_cmp = savings.measured_saving(aggregate.analyze(read.load([bare])),
+                                             aggregate.analyze(read.load([pooled])), "other")
+        if module_cmp != c["saving"]:
+            fail("--compare: the report %r, the savings module %r" % (c["saving"], module_cmp))
         print("ok compare: measured %d ns, estimated %s" % (c["saving"]["saved_ns"],
                                                             c["saving"]["estimate_text"]))
         other = glob.glob(os.path.join(d, "seed-defer-*.jsonl"))[0]
