@@ -3,7 +3,7 @@ and plot outputs show."""
 
 from .base import Agg, EVICT_REASONS, JSON_SCHEMA, SIZE_CLASS_NAMES, api_sort_key, as_int, is_unregister, result_name
 from .read import process_info
-from .savings import autopin_summary, pool_saving
+from .savings import autopin_run_saving, pool_saving
 from .callsites import call_sites
 from .advice import advise
 
@@ -184,3 +184,27 @@ def devices_summary(logs):
             for k, v in d.items():
                 o[k] = o.get(k, 0) + v
     return dict(sorted(out.items(), key=lambda kv: int(kv[0])))
+
+
+def autopin_summary(logs):
+    """What LAZYPIN_AUTOPIN did: from the autopin records and the summaries'
+    pool.autopin; what it saved in copies, from savings.autopin_run_saving."""
+    out = {"pins": 0, "failed": 0, "bytes": 0, "register_ns": 0, "apis": {}, "copies": None,
+           "copy_bytes": None, "program_hits": None, "over_bound": None}
+    for log in logs:
+        a = log.autopin
+        for k in ("pins", "failed", "bytes", "register_ns"):
+            out[k] += a[k]
+        for api, n in a["apis"].items():
+            out["apis"][api] = out["apis"].get(api, 0) + n
+        s = (log.summary or {}).get("pool", {}).get("autopin")
+        if isinstance(s, dict):
+            for key, field in (("copies", "copies"), ("copy_bytes", "copy_bytes"),
+                               ("program_hits", "hits"), ("over_bound", "full")):
+                out[key] = (out[key] or 0) + as_int(s.get(field))
+    saved, text, per = autopin_run_saving(logs)
+    out["saved_ns_est"] = saved
+    out["method"] = text
+    out["rates_measured"] = any(sv["measured"] for sv in per)
+    out["processes"] = [{"saved_ns": sv["saved_ns"], "directions": sv["directions"]} for sv in per]
+    return out

@@ -55,11 +55,26 @@ def fmt_argv(argv):
     return " ".join(shlex.quote(str(a)) for a in argv)
 
 
+# Opt-in features a defer-mode run is labelled with: (config key, its value
+# when on, label).
+RUN_FEATURES = (("autopin", True, "autopin"), ("unregister_wait", False, "no-wait"),
+                ("defer_shared", True, "shared"))
+
+
 def run_mode(doc):
+    """A run's mode and the features it ran with: "log", "defer",
+    "defer+autopin" (from the logs' configuration; auto-pin also where it
+    pinned, for logs without one)."""
     modes = sorted({p["mode"] for p in doc["processes"] if p["mode"]})
     if not modes:
         return None
-    return "/".join(modes) + ("+autopin" if (doc.get("autopin") or {}).get("pins") else "")
+    feats = []
+    for key, on, label in RUN_FEATURES:
+        if any(p["mode"] == "defer" and (p["config"] or {}).get(key) is on for p in doc["processes"]):
+            feats.append(label)
+    if "autopin" not in feats and (doc.get("autopin") or {}).get("pins"):
+        feats.insert(0, "autopin")
+    return "+".join(["/".join(modes)] + feats)
 
 
 def fmt_mode(p):
@@ -267,7 +282,7 @@ def render_text(doc, top=10):
             L.append("  later copies at the pinned rate: %d (%s); program registers served: %d; "
                      "left pageable for the bound: %d" % (ap["copies"], fmt_bytes(ap["copy_bytes"]),
                                                           ap["program_hits"], ap["over_bound"]))
-        L.append("  saved about %s (indicative, at the H200's copy rates): %s" % (fmt_ns(ap["saved_ns_est"]), ap["method"]))
+        L.append("  " + ap["method"])
         if ap["apis"]:
             L.append("  by copy: " + ", ".join("%s %d" % kv for kv in sorted(ap["apis"].items())))
 

@@ -218,8 +218,10 @@ def measured_saving(bare, pooled, side):
     if ap.get("pins"):
         out["autopin"] = {
             "saved_ns_est": ap["saved_ns_est"], "register_ns": ap["register_ns"],
-            "note": "auto-pin changed copy times, which the logs do not hold: not in the "
-                    "measured figure; compare the programs' wall times"}
+            "note": "its copies are not in the registration calls measured here; estimated "
+                    "at %s; compare the programs' wall times"
+                    % ("copy rates measured in that run" if ap.get("rates_measured")
+                       else "fixed copy rates, an H200's")}
     return out
 
 
@@ -240,35 +242,104 @@ SAVING_METHOD = (
     % MIN_PRICE_CALLS)
 
 
-# Copy rates for the auto-pin indication: the H200's (docs/benchmarks.md: 64 MiB
-# pageable 9.4-11 ms, pinned 1.24-1.29 ms), as bytes per ns. The shim does not
-# time copies, so this is no rate of the machine a log comes from; the text says so.
-PAGEABLE_BYTES_PER_NS = 6.5
-PINNED_BYTES_PER_NS = 53.0
+# ---- what auto-pin saved in copies: the one definition (the shim's
+# AutoPinSavingOf, shim/telemetry/stats.h). Per direction, the bytes copied at
+# the pinned rate times (pageable - pinned ns per byte), both rates measured
+# in the run on the synchronous copies the shim timed (summary pool.autopin.
+# copy_times); a direction without both: these fixed rates, an H200's
+# (docs/benchmarks.md: 64 MiB pageable 9.4-11 ms, pinned 1.24-1.29 ms), in
+# bytes per ns (= GB/s). Then minus the registers' time, truncated to whole ns.
+FIXED_PAGEABLE_BYTES_PER_NS = 6.5
+FIXED_PINNED_BYTES_PER_NS = 53.0
+COPY_DIRECTIONS = (("htod", "to"), ("dtoh", "from"))
 
 
-def autopin_summary(logs):
-    """What LAZYPIN_AUTOPIN did: from the autopin records and the summaries' pool.autopin."""
-    out = {"pins": 0, "failed": 0, "bytes": 0, "register_ns": 0, "apis": {}, "copies": None,
-           "copy_bytes": None, "program_hits": None, "over_bound": None}
-    for log in logs:
-        a = log.autopin
-        for k in ("pins", "failed", "bytes", "register_ns"):
-            out[k] += a[k]
-        for api, n in a["apis"].items():
-            out["apis"][api] = out["apis"].get(api, 0) + n
-        s = (log.summary or {}).get("pool", {}).get("autopin")
-        if isinstance(s, dict):
-            for key, field in (("copies", "copies"), ("copy_bytes", "copy_bytes"),
-                               ("program_hits", "hits"), ("over_bound", "full")):
-                out[key] = (out[key] or 0) + as_int(s.get(field))
-    pinned_bytes = out["bytes"] + (out["copy_bytes"] or 0)
-    per_byte = 1.0 / PAGEABLE_BYTES_PER_NS - 1.0 / PINNED_BYTES_PER_NS
-    out["saved_ns_est"] = int(pinned_bytes * per_byte - out["register_ns"])
-    out["method"] = ("%s copied at the pinned rate (first copies %s + later copies %s), priced at "
-                     "the H200's pageable %.1f GB/s vs pinned %.0f GB/s (not this machine's: "
-                     "lazypin does not time copies; compare wall times), minus the registers' "
-                     "measured %s" % (fmt_bytes(pinned_bytes), fmt_bytes(out["bytes"]),
-                                      fmt_bytes(out["copy_bytes"] or 0), PAGEABLE_BYTES_PER_NS,
-                                      PINNED_BYTES_PER_NS, fmt_ns(out["register_ns"])))
+def autopin_saving(copy_times, register_ns):
+    """One process's auto-pin saving from its summary's copy_times and the
+    registers' time: saved_ns, per direction bytes, measured and the rates
+    (bytes per ns), and the text the shim's exit summary prints."""
+    out = {"saved_ns": 0, "register_ns": register_ns, "directions": {}, "measured": False}
+    saved = 0.0
+    for key, _ in COPY_DIRECTIONS:
+        c = copy_times.get(key) if isinstance(copy_times.get(key), dict) else {}
+        pg = c.get("pageable") if isinstance(c.get("pageable"), dict) else {}
+        pn = c.get("pinned") if isinstance(c.get("pinned"), dict) else {}
+        pg_b, pg_ns, pn_b, pn_ns = (as_int(pg.get("bytes")), as_int(pg.get("ns")),
+                                    as_int(pn.get("bytes")), as_int(pn.get("ns")))
+        d = {"bytes": as_int(c.get("pinned_rate_bytes")),
+             "measured": pg_b > 0 and pg_ns > 0 and pn_b > 0 and pn_ns > 0,
+             "pageable_copies": as_int(pg.get("copies")), "pinned_copies": as_int(pn.get("copies"))}
+        if d["measured"]:
+            d["pageable_bytes_per_ns"] = pg_b / pg_ns
+            d["pinned_bytes_per_ns"] = pn_b / pn_ns
+            per_byte = pg_ns / pg_b - pn_ns / pn_b
+        else:
+            d["pageable_bytes_per_ns"] = FIXED_PAGEABLE_BYTES_PER_NS
+            d["pinned_bytes_per_ns"] = FIXED_PINNED_BYTES_PER_NS
+            per_byte = 1.0 / FIXED_PAGEABLE_BYTES_PER_NS - 1.0 / FIXED_PINNED_BYTES_PER_NS
+        if d["bytes"]:
+            saved += float(d["bytes"]) * per_byte
+            out["measured"] = out["measured"] or d["measured"]
+        out["directions"][key] = d
+    out["saved_ns"] = int(saved - float(register_ns))
+    out["text"] = autopin_saving_text(out)
     return out
+
+
+def autopin_saving_text(sv):
+    """The saving as one line: exactly the shim's (AutoPinSavingText)."""
+    saved = sv["saved_ns"]
+    out = ("saved %s in copies" % fmt_ns(saved) if saved >= 0
+           else "cost %s more than it saved in copies" % fmt_ns(-saved))
+    parts = []
+    for key, word in COPY_DIRECTIONS:
+        d = sv["directions"][key]
+        if not d["bytes"]:
+            continue
+        parts.append("%d bytes %s the device at the pinned rate, priced at %s: pageable %.1f GB/s, "
+                     "pinned %.1f GB/s" % (
+                         d["bytes"], word,
+                         "rates measured in this run" if d["measured"] else
+                         "fixed rates, an H200's (no synchronous pageable and pinned copy timed "
+                         "in this run)", d["pageable_bytes_per_ns"], d["pinned_bytes_per_ns"]))
+    return "%s (estimated: %s; minus its registers' %s)" % (
+        out, "; ".join(parts) or "no copy at the pinned rate", fmt_ns(sv["register_ns"]))
+
+
+def autopin_run_saving(logs):
+    """What auto-pin saved in the run's copies: per process from its summary's
+    copy times (autopin_saving), summed. A log without them (written by a
+    lazypin that did not time copies, or ended by a signal) is priced at the
+    fixed rates, its pinned bytes being the pins' and the later copies'.
+    Returns (saved_ns, text, per-process savings)."""
+    per = []
+    legacy_bytes = legacy_reg = 0
+    for log in logs:
+        s = (log.summary or {}).get("pool", {}).get("autopin")
+        s = s if isinstance(s, dict) else {}
+        if not (log.autopin["pins"] or log.autopin["failed"] or as_int(s.get("pins"))):
+            continue
+        if isinstance(s.get("copy_times"), dict):
+            per.append(autopin_saving(s["copy_times"], as_int(s.get("register_ns"))))
+        else:
+            legacy_bytes += log.autopin["bytes"] + as_int(s.get("copy_bytes"))
+            legacy_reg += log.autopin["register_ns"]
+    saved = sum(sv["saved_ns"] for sv in per)
+    notes = []
+    if legacy_bytes or legacy_reg or not per:
+        per_byte = 1.0 / FIXED_PAGEABLE_BYTES_PER_NS - 1.0 / FIXED_PINNED_BYTES_PER_NS
+        legacy = int(legacy_bytes * per_byte - legacy_reg)
+        saved += legacy
+        notes.append("%s copied at the pinned rate in logs without copy times (written by an "
+                     "older lazypin, or ended by a signal), priced at fixed rates, an H200's: "
+                     "pageable %.1f GB/s, pinned %.1f GB/s, minus the registers' %s"
+                     % (fmt_bytes(legacy_bytes), FIXED_PAGEABLE_BYTES_PER_NS,
+                        FIXED_PINNED_BYTES_PER_NS, fmt_ns(legacy_reg)))
+    if len(per) == 1 and not notes:
+        return saved, per[0]["text"], per
+    if per:
+        notes.insert(0, "%d process%s, each at its own copy rates (%d measured in its run)"
+                     % (len(per), "" if len(per) == 1 else "es", sum(1 for sv in per if sv["measured"])))
+    word = "saved %s in copies" % fmt_ns(saved) if saved >= 0 else \
+        "cost %s more than it saved in copies" % fmt_ns(-saved)
+    return saved, "%s (estimated: %s)" % (word, "; ".join(notes)), per
