@@ -33,24 +33,52 @@ bool IsDevice(const CopySide& side) {
 
 }  // namespace
 
-void AutoPin::Slow(const char* api, Via via, CopySide dst, CopySide src) {
-  if (t_state.inside > 0 || pool_->Abandoned()) return;
+AutoPinCopy AutoPin::Slow(const char* api, Via via, CopySide dst, CopySide src) {
+  AutoPinCopy copy;
+  if (t_state.inside > 0 || pool_->Abandoned()) return copy;
   // A capture in progress: the copy is recorded, not run, and a register may
   // be refused and invalidate the capture. Leave it to the driver.
-  if (Captures().Any()) return;
+  if (Captures().Any()) return copy;
   ScopedInsideLazypin inside;
   const Context ctx = env_->CurrentContext();
-  if (ctx == nullptr) return;  // the copy fails (201) or cudart sets one up: not ours
+  if (ctx == nullptr) return copy;  // the copy fails (201) or cudart sets one up: not ours
   if (!seen_copy_.load(std::memory_order_relaxed) && !seen_copy_.exchange(true) &&
       sink_ != nullptr) {
     sink_->OnFirstCopy();
   }
   if (src.lo != 0 && src.bytes >= limits_.min_bytes) {
-    PinSide(api, via, src, dst, /*to_device=*/true, ctx);
+    copy = AutoPinCopy{PinSide(api, via, src, dst, /*to_device=*/true, ctx), true, src.bytes};
   }
   if (dst.lo != 0 && dst.bytes >= limits_.min_bytes) {
-    PinSide(api, via, dst, src, /*to_device=*/false, ctx);
+    const CopyRate rate = PinSide(api, via, dst, src, /*to_device=*/false, ctx);
+    if (copy.rate == CopyRate::kNone) copy = AutoPinCopy{rate, false, dst.bytes};
   }
+  if (copy.rate == CopyRate::kPinned) {
+    pinned_rate_bytes_[copy.to_device ? 0 : 1].fetch_add(copy.bytes, std::memory_order_relaxed);
+  }
+  return copy;
+}
+
+void AutoPin::CopyTimed(const AutoPinCopy& copy, int64_t ns) {
+  if (copy.rate == CopyRate::kNone) return;
+  TimedCounters& t = timed_[copy.to_device ? 0 : 1][copy.rate == CopyRate::kPinned ? 1 : 0];
+  t.copies.fetch_add(1, std::memory_order_relaxed);
+  t.bytes.fetch_add(copy.bytes, std::memory_order_relaxed);
+  t.ns.fetch_add(ns, std::memory_order_relaxed);
+}
+
+AutoPinCopyStats AutoPin::CopyStats() const {
+  AutoPinCopyStats out;
+  for (int d = 0; d < 2; ++d) {
+    out.dir[d].pinned_rate_bytes = pinned_rate_bytes_[d].load(std::memory_order_relaxed);
+    AutoPinCopyStats::Timed* into[2] = {&out.dir[d].pageable, &out.dir[d].pinned};
+    for (int r = 0; r < 2; ++r) {
+      into[r]->copies = timed_[d][r].copies.load(std::memory_order_relaxed);
+      into[r]->bytes = timed_[d][r].bytes.load(std::memory_order_relaxed);
+      into[r]->ns = timed_[d][r].ns.load(std::memory_order_relaxed);
+    }
+  }
+  return out;
 }
 
 bool AutoPin::CountCopy(uintptr_t ptr, size_t bytes) {
@@ -68,8 +96,8 @@ bool AutoPin::CountCopy(uintptr_t ptr, size_t bytes) {
   return false;
 }
 
-void AutoPin::PinSide(const char* api, Via via, const CopySide& side, const CopySide& other,
-                      bool to_device, Context ctx) {
+CopyRate AutoPin::PinSide(const char* api, Via via, const CopySide& side, const CopySide& other,
+                          bool to_device, Context ctx) {
   RegisterRequest req;
   req.ptr = side.lo;
   req.bytes = side.bytes;
@@ -77,6 +105,7 @@ void AutoPin::PinSide(const char* api, Via via, const CopySide& side, const Copy
   req.ctx = ctx;
   req.device = env_->CurrentDevice();
   const uintptr_t hi = RangeEnd(side.lo, side.bytes);
+  bool left_pageable = false;  // a copy before the `after`th, of memory the driver does not know
   const AutoPinOutcome out = pool_->AutoPin(
       req, limits_.max_bytes,
       [&] {
@@ -84,8 +113,12 @@ void AutoPin::PinSide(const char* api, Via via, const CopySide& side, const Copy
         // with no event. Memory the driver knows (pinned, device, managed)
         // is not pageable, and a host-to-host copy gains nothing.
         // The cost model's count first: only copies that would pin count.
-        return CountCopy(side.lo, side.bytes) &&
-               ClassifyRange(side.lo, hi) == PageClass::kPrivateAnonymous &&
+        if (!CountCopy(side.lo, side.bytes)) {
+          left_pageable = Ask(side.lo) == Known::kNothing && Ask(hi - 1) == Known::kNothing &&
+                          IsDevice(other);
+          return false;
+        }
+        return ClassifyRange(side.lo, hi) == PageClass::kPrivateAnonymous &&
                Ask(side.lo) == Known::kNothing && Ask(hi - 1) == Known::kNothing &&
                IsDevice(other);
       },
@@ -98,6 +131,10 @@ void AutoPin::PinSide(const char* api, Via via, const CopySide& side, const Copy
     sink_->RecordAutoPin(
         AutoPinRecord{api, via, side.lo, side.bytes, to_device, out.driver_result, out.register_ns});
   }
+  if (out.result == AutoPinResult::kPinned || out.result == AutoPinResult::kCovered) {
+    return CopyRate::kPinned;
+  }
+  return left_pageable ? CopyRate::kPageable : CopyRate::kNone;
 }
 
 }  // namespace lazypin

@@ -55,6 +55,34 @@ struct AutoPinRecord {
   int64_t latency_ns;  // the register's cost
 };
 
+// What one copy was to auto-pin, for its time: a copy of a range it holds
+// pinned (now or since an earlier copy), or a copy it left pageable before
+// pinning the range at a later copy (LAZYPIN_AUTOPIN_AFTER of 2 or more);
+// kNone: neither. Only synchronous copies are timed (CopyTimed): an async
+// one returns before its bytes move.
+enum class CopyRate : uint8_t { kNone, kPageable, kPinned };
+struct AutoPinCopy {
+  CopyRate rate = CopyRate::kNone;
+  bool to_device = false;  // host to device (else device to host)
+  size_t bytes = 0;        // the host side's span
+};
+
+// Per direction ([0]: host to device, [1]: device to host): the bytes of every
+// copy that ran at the pinned rate (sync and async), and the synchronous
+// copies timed, pageable and pinned: what prices auto-pin's saving at the
+// rates of this run (AutoPinSavingOf, stats.h).
+struct AutoPinCopyStats {
+  struct Timed {
+    uint64_t copies = 0, bytes = 0;
+    int64_t ns = 0;
+  };
+  struct Direction {
+    uint64_t pinned_rate_bytes = 0;
+    Timed pageable, pinned;
+  };
+  Direction dir[2];
+};
+
 class AutoPinSink {
  public:
   virtual ~AutoPinSink() = default;
@@ -71,18 +99,25 @@ class AutoPin {
   AutoPin(const AutoPin&) = delete;
   AutoPin& operator=(const AutoPin&) = delete;
 
-  // Before the real copy `api` (reached through `via`) from `src` to `dst`.
-  void BeforeCopy(const char* api, Via via, CopySide dst, CopySide src) {
-    if (dst.bytes < limits_.min_bytes && src.bytes < limits_.min_bytes) return;
-    Slow(api, via, dst, src);
+  // Before the real copy `api` (reached through `via`) from `src` to `dst`;
+  // what the copy is to auto-pin, for CopyTimed.
+  AutoPinCopy BeforeCopy(const char* api, Via via, CopySide dst, CopySide src) {
+    if (dst.bytes < limits_.min_bytes && src.bytes < limits_.min_bytes) return AutoPinCopy{};
+    return Slow(api, via, dst, src);
   }
+
+  // A synchronous copy that BeforeCopy classed (rate not kNone) returned
+  // success after `ns`. Lock-free; any thread.
+  void CopyTimed(const AutoPinCopy& copy, int64_t ns);
+
+  AutoPinCopyStats CopyStats() const;
 
   uint64_t min_bytes() const { return limits_.min_bytes; }
 
  private:
-  void Slow(const char* api, Via via, CopySide dst, CopySide src);
-  void PinSide(const char* api, Via via, const CopySide& side, const CopySide& other,
-               bool to_device, Context ctx);
+  AutoPinCopy Slow(const char* api, Via via, CopySide dst, CopySide src);
+  CopyRate PinSide(const char* api, Via via, const CopySide& side, const CopySide& other,
+                   bool to_device, Context ctx);
   // Counts a copy of [ptr, ptr + bytes) that could pin it; true at the
   // `after`th (copies of ranges seen less recently than the last kSeen are forgotten).
   bool CountCopy(uintptr_t ptr, size_t bytes);
@@ -92,6 +127,13 @@ class AutoPin {
   AutoPinSink* const sink_;
   const AutoPinLimits limits_;
   std::atomic<bool> seen_copy_{false};
+  // AutoPinCopyStats, as relaxed counters: [direction][0 pageable, 1 pinned].
+  struct TimedCounters {
+    std::atomic<uint64_t> copies{0}, bytes{0};
+    std::atomic<int64_t> ns{0};
+  };
+  std::atomic<uint64_t> pinned_rate_bytes_[2] = {};
+  TimedCounters timed_[2][2];
   static constexpr int kSeen = 64;
   struct Seen {
     uintptr_t ptr = 0;

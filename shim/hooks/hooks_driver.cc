@@ -28,6 +28,7 @@
 #include "real.h"
 #include "export.h"
 #include "state.h"
+#include "sys.h"
 #include "thread_state.h"
 
 namespace lazypin {
@@ -310,22 +311,49 @@ void GuardCopySide(uintptr_t lo, size_t bytes) {
   if (Dispatch* dispatch = PublishedDispatch()) dispatch->BeforeCopy(lo, hi);
 }
 
-void BeforeCopy(const char* api, Via via, CopySide dst, CopySide src) {
+// What the copy is to auto-pin (AutoPinCopy: rate kNone without auto-pin, or
+// for a copy it did not class): a synchronous hook times the real copy with
+// TimedCopy where the rate is set, else tail-calls it.
+AutoPinCopy BeforeCopy(const char* api, Via via, CopySide dst, CopySide src) {
   GuardCopySide(dst.lo, dst.bytes);
   GuardCopySide(src.lo, src.bytes);
   if (AutoPin* auto_pin = AutoPinFor(dst.bytes > src.bytes ? dst.bytes : src.bytes)) {
-    auto_pin->BeforeCopy(api, via, dst, src);
+    return auto_pin->BeforeCopy(api, via, dst, src);
   }
+  return AutoPinCopy{};
 }
 
-void BeforeCopy2D(const char* api, Via via, const CUDA_MEMCPY2D* c) {
+AutoPinCopy BeforeCopy2D(const char* api, Via via, const CUDA_MEMCPY2D* c) {
   CopySide dst, src;
-  if (Sides2D(c, &dst, &src)) BeforeCopy(api, via, dst, src);
+  return Sides2D(c, &dst, &src) ? BeforeCopy(api, via, dst, src) : AutoPinCopy{};
 }
 
-void BeforeCopy3D(const char* api, Via via, const CUDA_MEMCPY3D* c) {
+AutoPinCopy BeforeCopy3D(const char* api, Via via, const CUDA_MEMCPY3D* c) {
   CopySide dst, src;
-  if (Sides3D(c, &dst, &src)) BeforeCopy(api, via, dst, src);
+  return Sides3D(c, &dst, &src) ? BeforeCopy(api, via, dst, src) : AutoPinCopy{};
+}
+
+// The real synchronous copy `real`, which auto-pin classed `copy`, called
+// with the hook's arguments: its time goes to AutoPin (the rates that price
+// auto-pin's saving). Out of line, so that the hooks' untimed path stays a
+// test and a tail call.
+template <typename Real>
+struct TimedCopy {
+  AutoPinCopy copy;
+  Real real;
+  template <typename... Args>
+  __attribute__((noinline)) CUresult operator()(Args... args) const {
+    const int64_t t0 = MonotonicNs();
+    const CUresult result = real(args...);
+    if (result == CUDA_SUCCESS) {
+      if (AutoPin* auto_pin = AutoPinFor(copy.bytes)) auto_pin->CopyTimed(copy, MonotonicNs() - t0);
+    }
+    return result;
+  }
+};
+template <typename Real>
+TimedCopy<Real> Timed(const AutoPinCopy& copy, Real real) {
+  return TimedCopy<Real>{copy, real};
 }
 
 // Copies auto-pin does not cover (docs/design.md, "Auto-pin"): only the watch's
@@ -518,6 +546,20 @@ CUresult StagedHtoD(Dispatch* dispatch, CUdeviceptr dst, uintptr_t src, size_t b
     BEFORE(#NAME "_ptds");                                                               \
     return real COPY_ARGS_##NAME;                                                        \
   }
+// Synchronous copies auto-pin looks at: the same, and the copy timed where
+// auto-pin classed it (TimedCopy; async copies return before their bytes
+// move, so they are never timed).
+#define TIMED_SYNC_COPY_HOOKS(NAME, BEFORE)                                              \
+  HOOK(NAME, CUresult, DriverSymbol, COPY_PARAMS_##NAME) {                               \
+    const AutoPinCopy timed = BEFORE(#NAME);                                             \
+    if (timed.rate == CopyRate::kNone) return real COPY_ARGS_##NAME;                     \
+    return Timed(timed, real) COPY_ARGS_##NAME;                                          \
+  }                                                                                      \
+  HOOK(NAME##_ptds, CUresult, DriverSymbol, COPY_PARAMS_##NAME) {                        \
+    const AutoPinCopy timed = BEFORE(#NAME "_ptds");                                     \
+    if (timed.rate == CopyRate::kNone) return real COPY_ARGS_##NAME;                     \
+    return Timed(timed, real) COPY_ARGS_##NAME;                                          \
+  }
 #define COPY_PARAMS_cuMemcpyHtoDAsync_v2 \
   (CUdeviceptr, dst), (const void*, src), (size_t, bytes), (CUstream, stream)
 #define COPY_ARGS_cuMemcpyHtoDAsync_v2 (dst, src, bytes, stream)
@@ -566,12 +608,12 @@ COPY_HOOKS(cuMemcpyDtoHAsync_v2, BEFORE_DTOH, AFTER_DTOH)
 STAGED_COPY_HOOKS(cuMemcpyAsync)
 COPY_HOOKS(cuMemcpy2DAsync_v2, BEFORE_2D, AFTER_2D)
 COPY_HOOKS(cuMemcpy3DAsync_v2, BEFORE_3D, AFTER_3D)
-SYNC_COPY_HOOKS(cuMemcpyHtoD_v2, BEFORE_HTOD)
-SYNC_COPY_HOOKS(cuMemcpyDtoH_v2, BEFORE_DTOH)
-SYNC_COPY_HOOKS(cuMemcpy, BEFORE_ANY)
-SYNC_COPY_HOOKS(cuMemcpy2D_v2, BEFORE_2D)
-SYNC_COPY_HOOKS(cuMemcpy2DUnaligned_v2, BEFORE_2D)
-SYNC_COPY_HOOKS(cuMemcpy3D_v2, BEFORE_3D)
+TIMED_SYNC_COPY_HOOKS(cuMemcpyHtoD_v2, BEFORE_HTOD)
+TIMED_SYNC_COPY_HOOKS(cuMemcpyDtoH_v2, BEFORE_DTOH)
+TIMED_SYNC_COPY_HOOKS(cuMemcpy, BEFORE_ANY)
+TIMED_SYNC_COPY_HOOKS(cuMemcpy2D_v2, BEFORE_2D)
+TIMED_SYNC_COPY_HOOKS(cuMemcpy2DUnaligned_v2, BEFORE_2D)
+TIMED_SYNC_COPY_HOOKS(cuMemcpy3D_v2, BEFORE_3D)
 
 // Copies auto-pin leaves alone: arrays, peer 3D, batches. Only the watch's
 // changes are applied first, and the async ones keep pageable semantics.

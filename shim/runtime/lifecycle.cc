@@ -100,7 +100,9 @@ void Shim::AtExit() {
   const PoolCounters counters = pool_ ? pool_->Counters() : PoolCounters{};
   const HostAllocCounters host_counters = host_cache_ ? host_cache_->Counters() : HostAllocCounters{};
   if (recorder_) {
-    recorder_->Finish(counters, pool_ != nullptr, host_cache_ ? &host_counters : nullptr);
+    const AutoPinCopyStats copies = auto_pin_ ? auto_pin_->CopyStats() : AutoPinCopyStats{};
+    recorder_->Finish(counters, pool_ != nullptr, host_cache_ ? &host_counters : nullptr,
+                      auto_pin_ ? &copies : nullptr);
   }
   // The pool stays: exit handlers and static destructors that run after this
   // one may still free, unmap or register pooled memory (records are dropped

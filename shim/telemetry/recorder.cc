@@ -195,12 +195,13 @@ void Recorder::OnWarning(const std::string& message) {
   log_->Write(WarningRecordLine(SinceStart(), message));
 }
 
-void Recorder::Finish(const PoolCounters& counters, bool deferring, const HostAllocCounters* host) {
+void Recorder::Finish(const PoolCounters& counters, bool deferring, const HostAllocCounters* host,
+                      const AutoPinCopyStats* copies) {
   // The summary is made once the writer has counted every record.
   log_->Close([&] {
     const int64_t now = SinceStart();
     const std::string tally = log_cut_ ? tally_.Record(now, log_cut_ns_) + "\n" : "";
-    return tally + stats_.SummaryJson(counters, now, "exit", host);
+    return tally + stats_.SummaryJson(counters, now, "exit", host, copies);
   });
   // No file: the writer said why on stderr when it could not create it.
   std::string log_note;
@@ -211,7 +212,7 @@ void Recorder::Finish(const PoolCounters& counters, bool deferring, const HostAl
                    : fmt::format("lazypin: log {} is incomplete: {}\n", log_->path(), failure);
   }
   if (config_.summary) {
-    const std::string text = stats_.SummaryText(counters, deferring, host) + log_note;
+    const std::string text = stats_.SummaryText(counters, deferring, host, copies) + log_note;
     fputs(text.c_str(), stderr);
   } else if (!failure.empty() && log_->has_file()) {
     fputs(log_note.c_str(), stderr);

@@ -57,7 +57,8 @@ class Recorder final : public PoolObserver, public HostAllocObserver, public Aut
 
   // At exit: closes the log with the summary record and, with
   // LAZYPIN_SUMMARY, prints the summary on stderr.
-  void Finish(const PoolCounters& counters, bool deferring, const HostAllocCounters* host);
+  void Finish(const PoolCounters& counters, bool deferring, const HostAllocCounters* host,
+              const AutoPinCopyStats* copies = nullptr);
   // From a fatal signal's handler (async-signal-safe): drains the ring and
   // appends the one-line summary.
   void FinishFromSignal(const char* ended_by);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "auto_pin.h"
 #include "fmt/format.h"
 #include "host_alloc_cache.h"
 #include "pool.h"
@@ -225,6 +226,53 @@ std::string SavingText(const Saving& s) {
   return out + ")";
 }
 
+AutoPinSaving AutoPinSavingOf(const AutoPinCopyStats& copies, int64_t register_ns) {
+  AutoPinSaving out;
+  out.register_ns = register_ns;
+  double saved = 0;
+  for (int d = 0; d < 2; ++d) {
+    const AutoPinCopyStats::Direction& c = copies.dir[d];
+    AutoPinSaving::Direction& o = out.dir[d];
+    o.bytes = c.pinned_rate_bytes;
+    o.measured = c.pageable.bytes > 0 && c.pageable.ns > 0 && c.pinned.bytes > 0 && c.pinned.ns > 0;
+    double per_byte;  // ns saved per byte copied at the pinned rate
+    if (o.measured) {
+      o.pageable_bytes_per_ns = double(c.pageable.bytes) / double(c.pageable.ns);
+      o.pinned_bytes_per_ns = double(c.pinned.bytes) / double(c.pinned.ns);
+      per_byte = double(c.pageable.ns) / double(c.pageable.bytes) -
+                 double(c.pinned.ns) / double(c.pinned.bytes);
+    } else {
+      o.pageable_bytes_per_ns = kFixedPageableBytesPerNs;
+      o.pinned_bytes_per_ns = kFixedPinnedBytesPerNs;
+      per_byte = 1.0 / kFixedPageableBytesPerNs - 1.0 / kFixedPinnedBytesPerNs;
+    }
+    if (o.bytes != 0) saved += double(o.bytes) * per_byte;
+  }
+  out.saved_ns = static_cast<int64_t>(saved - double(register_ns));
+  return out;
+}
+
+std::string AutoPinSavingText(const AutoPinSaving& s) {
+  std::string out = s.saved_ns >= 0 ? "saved " + FormatNs(s.saved_ns) + " in copies"
+                                    : "cost " + FormatNs(-s.saved_ns) + " more than it saved in copies";
+  out += " (estimated: ";
+  bool any = false;
+  for (int d = 0; d < 2; ++d) {
+    const AutoPinSaving::Direction& o = s.dir[d];
+    if (o.bytes == 0) continue;
+    out += fmt::format("{}{} bytes {} the device at the pinned rate, priced at ", any ? "; " : "",
+                       o.bytes, d == 0 ? "to" : "from");
+    out += o.measured ? "rates measured in this run"
+                      : "fixed rates, an H200's (no synchronous pageable and pinned copy timed "
+                        "in this run)";
+    out += fmt::format(": pageable {:.1f} GB/s, pinned {:.1f} GB/s", o.pageable_bytes_per_ns,
+                       o.pinned_bytes_per_ns);
+    any = true;
+  }
+  if (!any) out += "no copy at the pinned rate";
+  return out + "; minus its registers' " + FormatNs(s.register_ns) + ")";
+}
+
 namespace {
 
 std::string CallStatsJson(const CallStats& s) {
@@ -251,8 +299,29 @@ static std::string HostAllocJson(const HostAllocCounters& h) {
       h.cached_bytes, h.cached_entries, h.peak_bytes, h.peak_entries, h.zeroed_bytes, h.zero_ns);
 }
 
+namespace {
+
+std::string TimedJson(const AutoPinCopyStats::Timed& t) {
+  return fmt::format(R"({{"copies":{},"bytes":{},"ns":{}}})", t.copies, t.bytes, t.ns);
+}
+
+// ,"saved_ns":...,"copy_times":{"htod":{...},"dtoh":{...}} inside "autopin".
+std::string AutoPinCopiesJson(const AutoPinCopyStats& c, int64_t register_ns) {
+  std::string out = fmt::format(R"(,"saved_ns":{},"copy_times":{{)",
+                                AutoPinSavingOf(c, register_ns).saved_ns);
+  for (int d = 0; d < 2; ++d) {
+    out += fmt::format(R"({}"{}":{{"pinned_rate_bytes":{},"pageable":{},"pinned":{}}})",
+                       d ? "," : "", d ? "dtoh" : "htod", c.dir[d].pinned_rate_bytes,
+                       TimedJson(c.dir[d].pageable), TimedJson(c.dir[d].pinned));
+  }
+  return out + "}";
+}
+
+}  // namespace
+
 std::string Stats::SummaryJson(const PoolCounters& pool, int64_t t_ns, const char* ended_by,
-                               const HostAllocCounters* host) const {
+                               const HostAllocCounters* host,
+                               const AutoPinCopyStats* copies) const {
   std::lock_guard<std::mutex> lock(mu_);
   const Saving saving = SavingLocked();
   std::string apis, sizes, evictions;
@@ -278,7 +347,7 @@ std::string Stats::SummaryJson(const PoolCounters& pool, int64_t t_ns, const cha
       R"("saving":{{"saved_ns":{},"spread_ns":{},"hits":{},"hits_priced":{},"deferred":{},)"
       R"("deferred_priced":{},"evictions":{},"evictions_ns":{},"price_calls":{}}},)"
       R"("autopin":{{"pins":{},"bytes":{},"register_ns":{},"failed":{},"copies":{},"copy_bytes":{},)"
-      R"("hits":{},"full":{},"queried":{},"held_bytes":{}}}}}{}}})",
+      R"("hits":{},"full":{},"queried":{},"held_bytes":{}{}}}}}{}}})",
       t_ns, ended_by, apis, sizes, pool.hits, pool.misses, pool.deferred, pool.passed, evictions,
       pool.forced_releases, pool.parked, pool.served,
       pool.peak_bytes, pool.peak_entries, pool.pooled_bytes, pool.pooled_entries,
@@ -287,11 +356,13 @@ std::string Stats::SummaryJson(const PoolCounters& pool, int64_t t_ns, const cha
       saving.price_calls, pool.autopins, pool.autopin_bytes, pool.autopin_register_ns,
       autopin_failed_, pool.autopin_copies, pool.autopin_copy_bytes, pool.autopin_hits,
       pool.autopin_full, pool.autopin_queried, pool.autopinned_bytes,
+      copies != nullptr ? AutoPinCopiesJson(*copies, pool.autopin_register_ns) : "",
       host != nullptr ? ",\"host_alloc\":" + HostAllocJson(*host) : "");
 }
 
 std::string Stats::SummaryText(const PoolCounters& pool, bool defer,
-                               const HostAllocCounters* host) const {
+                               const HostAllocCounters* host,
+                               const AutoPinCopyStats* copies) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::string out = fmt::format("lazypin: {:<22} {:>8} {:>6} {:>10} {:>10} {:>10}\n", "api",
                                 "calls", "errors", "total", "p50", "p99");
@@ -314,9 +385,12 @@ std::string Stats::SummaryText(const PoolCounters& pool, bool defer,
     if (pool.autopins + autopin_failed_ != 0) {
       out += fmt::format(
           "lazypin: autopin: {} ranges pinned ({} bytes, registers {}), {} later copies at the "
-          "pinned rate ({} bytes), {} program registers served, {} refused, {} over the bound\n",
+          "pinned rate ({} bytes), {} program registers served, {} refused, {} over the bound{}\n",
           pool.autopins, pool.autopin_bytes, FormatNs(pool.autopin_register_ns), pool.autopin_copies,
-          pool.autopin_copy_bytes, pool.autopin_hits, autopin_failed_, pool.autopin_full);
+          pool.autopin_copy_bytes, pool.autopin_hits, autopin_failed_, pool.autopin_full,
+          copies != nullptr
+              ? ", " + AutoPinSavingText(AutoPinSavingOf(*copies, pool.autopin_register_ns))
+              : "");
     }
   }
   if (host != nullptr && host->hits + host->misses + host->kept > 0) {

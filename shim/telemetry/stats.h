@@ -19,6 +19,7 @@ namespace lazypin {
 
 struct PoolCounters;
 struct HostAllocCounters;
+struct AutoPinCopyStats;
 
 // Log-linear histogram of nanoseconds: 32 sub-buckets per power of two, so a
 // percentile is within 1/32 (3.1%) of the true value.
@@ -53,7 +54,7 @@ int SizeClass(size_t bytes);
 const char* SizeClassName(int size_class);
 
 // What the pool saved in one process: the one definition, shared with the
-// report (scripts/lazypin_report.py, saving_of; the report's tests hold the
+// report (scripts/lazypin_report/savings.py, saving_of; the report's tests hold the
 // two to each other on the same logs). Estimated from this process's own
 // calls, in the order the log holds them:
 //   price of a hit: the mean warm real register of its size class (a
@@ -84,6 +85,34 @@ std::string SavingText(const Saving& saving);
 // The report's time format (850 ns, 43.2 us, 171 us, 1.90 ms, 2.31 s).
 std::string FormatNs(int64_t ns);
 
+// What auto-pin saved in copies: the one definition, shared with the report
+// (scripts/lazypin_report/savings.py, autopin_saving; report_savings_agree
+// holds the two to each other). Per direction (host to device, device to
+// host), the bytes of the copies that ran at the pinned rate (AutoPinCopyStats:
+// sync and async) times (pageable ns per byte - pinned ns per byte), the two
+// rates measured in this run on the synchronous copies auto-pin timed: those
+// it left pageable before pinning their range (LAZYPIN_AUTOPIN_AFTER of 2 or
+// more) and those of ranges it held pinned. A direction without both timed
+// is priced at the fixed rates below (an H200's: docs/benchmarks.md, 64 MiB
+// pageable 9.4-11 ms, pinned 1.24-1.29 ms), and the text says so. Then minus
+// the time of auto-pin's registers; summed in that order in doubles and
+// truncated toward zero to whole nanoseconds.
+inline constexpr double kFixedPageableBytesPerNs = 6.5;  // bytes per ns = GB/s
+inline constexpr double kFixedPinnedBytesPerNs = 53.0;
+struct AutoPinSaving {
+  int64_t saved_ns = 0;
+  int64_t register_ns = 0;
+  struct Direction {
+    uint64_t bytes = 0;     // copied at the pinned rate
+    bool measured = false;  // both rates timed in this run (else the fixed ones)
+    double pageable_bytes_per_ns = 0, pinned_bytes_per_ns = 0;
+  };
+  Direction dir[2];  // [0]: host to device, [1]: device to host
+};
+AutoPinSaving AutoPinSavingOf(const AutoPinCopyStats& copies, int64_t register_ns);
+// "saved 3.10 ms in copies (estimated: ...)": the exit summary's and the report's.
+std::string AutoPinSavingText(const AutoPinSaving& saving);
+
 // What Stats::RecordCall found about one call, for the tally (tally.h).
 struct CallFacts {
   bool warm = false;               // a warm real register (one that prices hits)
@@ -105,11 +134,14 @@ class Stats {
 
   // The summary record (one JSON line, without newline); `host` (the
   // host-allocation cache's counters, when there is one) adds "host_alloc".
+  // `copies` (auto-pin's copy times, when auto-pin ran) adds its saving.
   std::string SummaryJson(const PoolCounters& pool, int64_t t_ns, const char* ended_by,
-                          const HostAllocCounters* host = nullptr) const;
+                          const HostAllocCounters* host = nullptr,
+                          const AutoPinCopyStats* copies = nullptr) const;
   // The human summary for stderr.
   std::string SummaryText(const PoolCounters& pool, bool defer,
-                          const HostAllocCounters* host = nullptr) const;
+                          const HostAllocCounters* host = nullptr,
+                          const AutoPinCopyStats* copies = nullptr) const;
 
  private:
   Saving SavingLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -150,6 +150,21 @@ class AutoPinTest(AppTestCase):
         self.assertEqual(len(pins), 1, pins)
         self.assertEqual(run.records[-1]["pool"]["autopin"]["pins"], 2, "h and back, once each")
         self.assertEqual(run.records[-1]["pool"]["autopin"]["hits"], 0, "h was not pinned then")
+        # async copies are counted at the pinned rate but never timed
+        times = run.records[-1]["pool"]["autopin"]["copy_times"]
+        self.assertGreater(times["htod"]["pinned_rate_bytes"] + times["dtoh"]["pinned_rate_bytes"], 0)
+        for d in ("htod", "dtoh"):
+            self.assertEqual((times[d]["pageable"]["copies"], times[d]["pinned"]["copies"]), (0, 0), times)
+
+    def test_synchronous_copies_are_timed(self):
+        # pageable before the 2nd copy pins the range, pinned after: the rates of this run
+        run = self.compare(["--door", "getproc", "--form", "htod", "--iters", "4"],
+                           LAZYPIN_AUTOPIN_AFTER="2")
+        times = run.records[-1]["pool"]["autopin"]["copy_times"]
+        for d in ("htod", "dtoh"):
+            self.assertGreater(times[d]["pageable"]["copies"], 0, times)
+            self.assertGreater(times[d]["pinned"]["copies"], 0, times)
+        self.assertIn("saved_ns", run.records[-1]["pool"]["autopin"])
 
     def test_never_inside_a_capture(self):
         for door in ("runtime", "getproc"):

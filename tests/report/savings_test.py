@@ -13,7 +13,17 @@ for them, release at exit, a Python client through ctypes) and holds:
     shim's exact summary, its saving the exit summary's;
   - --compare of a log-mode run of the same program with its defer run gives
     a measured figure and refuses runs of other programs or arguments unless
-    --force, naming what differs.
+    --force, naming what differs;
+  - each of those figures is the report's savings module's (saving_of,
+    pool_saving, measured_saving), called here on the same logs: the shim's
+    exit summary is pinned to that one module;
+  - auto-pin (testapps/autopin, synchronous copies): the exit summary's
+    auto-pin saving, the summary record's and the report's (one log, the
+    directory) are the savings module's autopin_saving, priced at the copy
+    rates measured in the run when it left copies pageable before pinning
+    (LAZYPIN_AUTOPIN_AFTER=2), at the fixed rates, said so, when it had none
+    (the default, pinning at the first copy); --compare labels the run with
+    its mode and features (defer+autopin).
 Exit 77 (skipped) where the build lacks the simulated stack. Standard library only."""
 
 import glob
@@ -26,6 +36,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPORT = os.path.join(HERE, "..", "..", "scripts", "lazypin_report.py")
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+from lazypin_report import aggregate, read, savings  # noqa: E402  the report's own modules
 
 PY_CLIENT = r"""
 import ctypes, sys
@@ -37,6 +49,7 @@ for _ in range(int(sys.argv[1])):
 """
 
 POOL_LINE = re.compile(r"^lazypin: pool: .*? evicted, peak \d+ entries / \d+ bytes, (.*)$", re.M)
+AUTOPIN_LINE = re.compile(r"^lazypin: autopin: .*? over the bound, (.*)$", re.M)
 
 
 def fail(msg):
@@ -100,6 +113,9 @@ def main(build):
             if not m:
                 fail("%s: no pool line in the exit summary:\n%s" % (name, err))
             shim_text = m.group(1)
+            module_text = savings.saving_text(savings.saving_of(read.load([log])[0]))
+            if module_text != shim_text:
+                fail("%s: the exit summary says %r, the savings module %r" % (name, shim_text, module_text))
             doc = report_json(log)
             if doc["pool"]["saving"]["text"] != shim_text:
                 fail("%s: the exit summary says %r, the report %r"
@@ -129,6 +145,10 @@ def main(build):
         text = report(d).stdout
         if "saving not estimable" in text.split("== pool")[1].split("==")[0] and doc["pool"]["saving"]["estimable"]:
             fail("the directory report calls an estimable saving not estimable:\n" + text)
+        module_sv, _ = savings.pool_saving(read.load([d]))
+        if (module_sv["saved_ns"], module_sv["text"]) != (doc["pool"]["saving"]["saved_ns"],
+                                                          doc["pool"]["saving"]["text"]):
+            fail("directory: the report %r, the savings module %r" % (doc["pool"]["saving"], module_sv))
         print("ok directory: %s" % doc["pool"]["saving"]["text"])
 
         # a bounded log: per-call records stop, the tables stay exact
@@ -168,6 +188,10 @@ def main(build):
         c = report_json(bare, "--compare", pooled)["comparison"]
         if c["saving"] is None or c["saving"]["pooled_run"] != "other":
             fail("--compare gave no measured saving: %r" % c["saving"])
+        module_cmp = savings.measured_saving(aggregate.analyze(read.load([bare])),
+                                             aggregate.analyze(read.load([pooled])), "other")
+        if module_cmp != c["saving"]:
+            fail("--compare: the report %r, the savings module %r" % (c["saving"], module_cmp))
         print("ok compare: measured %d ns, estimated %s" % (c["saving"]["saved_ns"],
                                                             c["saving"]["estimate_text"]))
         other = glob.glob(os.path.join(d, "seed-defer-*.jsonl"))[0]
@@ -178,7 +202,65 @@ def main(build):
         if r.returncode != 0 or "A and B differ" not in r.stdout:
             fail("--compare --force: rc %d\n%s%s" % (r.returncode, r.stdout, r.stderr))
         print("ok compare refuses other programs, --force names the difference")
+        autopin_cases(build, apps)
     return 0
+
+
+def autopin_cases(build, apps):
+    app = os.path.join(apps, "autopin")
+    if not os.path.exists(app):
+        print("skipping auto-pin: %s not built" % app)
+        return
+    argv = [app, "--door", "getproc", "--form", "htod", "--iters", "4"]
+    sim = {"SIMCUDA_SLEEP": "1", "SIMCUDA_KERNEL_US": "0", "LAZYPIN_AUTOPIN": "1"}
+    with tempfile.TemporaryDirectory(prefix="lazypin-autopin-savings-") as d:
+        for name, after, measured in (("after2", "2", True), ("after1", "1", False)):
+            log, err = run_app(build, d, name, argv, LAZYPIN_AUTOPIN_AFTER=after, **sim)
+            m = AUTOPIN_LINE.search(err)
+            if not m:
+                fail("%s: no auto-pin line in the exit summary:\n%s" % (name, err))
+            shim_text = m.group(1)
+            summary = [json.loads(l) for l in open(log) if '"type":"summary"' in l][0]
+            ap = summary["pool"]["autopin"]
+            module = savings.autopin_saving(ap["copy_times"], ap["register_ns"])
+            if module["text"] != shim_text or module["saved_ns"] != ap["saved_ns"]:
+                fail("%s: the exit summary says %r (%d ns), the savings module %r (%d ns)"
+                     % (name, shim_text, ap["saved_ns"], module["text"], module["saved_ns"]))
+            doc = report_json(log)
+            if (doc["autopin"]["method"], doc["autopin"]["saved_ns_est"]) != (shim_text, ap["saved_ns"]):
+                fail("%s: the report says %r (%d ns), the exit summary %r"
+                     % (name, doc["autopin"]["method"], doc["autopin"]["saved_ns_est"], shim_text))
+            if shim_text not in report(log).stdout:
+                fail("%s: the report's text lacks %r" % (name, shim_text))
+            said = "rates measured in this run" in shim_text
+            fixed = "fixed rates, an H200's (no synchronous pageable and pinned copy" in shim_text
+            if (said, fixed) != (measured, not measured):
+                fail("%s: priced at %s rates, expected %s: %r"
+                     % (name, "measured" if said else "fixed", "measured" if measured else "fixed", shim_text))
+            if measured:
+                for k, t in ap["copy_times"].items():
+                    if not (t["pageable"]["copies"] and t["pinned"]["copies"] and t["pinned_rate_bytes"]):
+                        fail("%s: %s copies not timed: %r" % (name, k, t))
+                    # the sim copies pinned memory 5x faster than pageable
+                    if t["pageable"]["ns"] / t["pageable"]["bytes"] <= t["pinned"]["ns"] / t["pinned"]["bytes"]:
+                        fail("%s: %s pageable copies timed faster than pinned ones: %r" % (name, k, t))
+            print("ok autopin %s: %s" % (name, shim_text))
+        # the directory: the processes' sum, each at its own rates
+        doc = report_json(d)
+        total = sum([json.loads(l) for l in open(f) if '"type":"summary"' in l][0]["pool"]["autopin"]["saved_ns"]
+                    for f in glob.glob(os.path.join(d, "*.jsonl")))
+        if doc["autopin"]["saved_ns_est"] != total or \
+                "2 processes, each at its own copy rates (1 measured" not in doc["autopin"]["method"]:
+            fail("auto-pin directory: %d, %r; the processes' sum %d"
+                 % (doc["autopin"]["saved_ns_est"], doc["autopin"]["method"], total))
+        print("ok autopin directory: %s" % doc["autopin"]["method"])
+        # --compare: the auto-pin run is labelled with its mode and features
+        bare, _ = run_app(build, d, "after2", argv, mode="log", **sim)
+        pinned = glob.glob(os.path.join(d, "after2-defer-*.jsonl"))[0]
+        r = report(bare, "--compare", pinned)
+        if r.returncode != 0 or "(defer+autopin)" not in r.stdout or "(defer)" in r.stdout:
+            fail("--compare of an auto-pin run: rc %d\n%s%s" % (r.returncode, r.stdout, r.stderr))
+        print("ok compare labels the auto-pin run defer+autopin")
 
 
 if __name__ == "__main__":

@@ -248,6 +248,11 @@ class JsonReport(unittest.TestCase):
         self.assertEqual(ap["saved_ns_est"], int(14 * (8 << 20) * per_byte - 4180510))
         text = report(fx("autopin.jsonl")).stdout
         self.assertIn("== auto-pin (LAZYPIN_AUTOPIN)", text)
+        # a log without copy times (an older lazypin's): the fixed rates, said so
+        self.assertFalse(ap["rates_measured"])
+        self.assertIn("in logs without copy times (written by an older lazypin, or ended by a "
+                      "signal), priced at fixed rates, an H200's: pageable 6.5 GB/s, pinned 53.0 GB/s",
+                      text)
         self.assertIn("3 ranges pinned for copies (24 MiB)", text)
         self.assertIn("later copies at the pinned rate: 11 (88 MiB); program registers served: 1", text)
         self.assertNotIn("== auto-pin", report(fx("defer_mode.jsonl")).stdout)
@@ -385,8 +390,28 @@ class CompareAutoPin(unittest.TestCase):
         finally:
             shutil.rmtree(d, ignore_errors=True)
         self.assertIn("(defer+autopin)", out)
-        self.assertIn("auto-pin changed copy times", out)
+        # the fixture predates copy times: its copies priced at the fixed rates, said so
+        self.assertIn("its copies are not in the registration calls measured here; estimated at "
+                      "fixed copy rates, an H200's", out)
         self.assertIn("autopin", c["saving"])
+
+
+    def test_a_run_is_labelled_with_its_features_from_its_configuration(self):
+        # auto-pin asked for but nothing pinned, and LAZYPIN_UNREGISTER_WAIT=0: not "(defer)"
+        with open(fx("defer_mode.jsonl")) as f:
+            lines = f.read().splitlines()
+        h = json.loads(lines[0])
+        h["config"].update(autopin=True, unregister_wait=False)
+        d = tempfile.mkdtemp(prefix="lazypin-label-")
+        try:
+            p = os.path.join(d, "features.jsonl")
+            with open(p, "w") as f:
+                f.write("\n".join([json.dumps(h)] + lines[1:]) + "\n")
+            out = report(fx("log_mode.jsonl"), "--compare", p, "--force").stdout
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+        self.assertIn("features.jsonl (defer+autopin+no-wait)", out)
+        self.assertIn("log_mode.jsonl (log)", out)
 
 
 class BriefSummary(unittest.TestCase):
@@ -1340,12 +1365,15 @@ class RunOptions(unittest.TestCase):
         r = lazypin("run", "--dry-run", "--", "x", env=clean_env(LAZYPIN_LIB="/nonexistent/l.so"))
         self.assertEqual(r.returncode, 2)
         with tempfile.TemporaryDirectory() as prefix:
-            # installed: <prefix>/bin/lazypin, <prefix>/libexec/lazypin/lazypin_report.py
+            # installed: <prefix>/bin/lazypin, <prefix>/libexec/lazypin/lazypin_report/
             os.makedirs(os.path.join(prefix, "bin"))
             os.makedirs(os.path.join(prefix, "libexec", "lazypin"))
             script = os.path.join(prefix, "bin", "lazypin")
             shutil.copy(LAZYPIN, script)
             shutil.copy(REPORT, os.path.join(prefix, "libexec", "lazypin"))
+            shutil.copytree(os.path.join(SCRIPTS, "lazypin_report"),
+                            os.path.join(prefix, "libexec", "lazypin", "lazypin_report"),
+                            ignore=shutil.ignore_patterns("__pycache__"))
             shutil.copy(OPTIONS_TOOL, os.path.join(prefix, "libexec", "lazypin"))
             r = lazypin("run", "--dry-run", "--", "x", script=script)
             self.assertEqual(r.returncode, 2)

@@ -4,6 +4,7 @@
 #include <stdio.h>
 
 #include <cctype>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -336,8 +337,16 @@ TEST(ConfigTest, VariableNamesAreWhole) {
 // The runner's flags come from OptionsJson (tests/report checks `lazypin run
 // --help` against it); what the runner names itself must be a whole, known name.
 TEST(ConfigTest, TheRunnerAndTheReportNameOnlyKnownVariables) {
-  for (const char* file : {"scripts/lazypin", "scripts/lazypin_report.py", "README.md"}) {
-    for (const std::string& name : VariableNames(ReadSource(file))) {
+  std::vector<std::string> files = {"scripts/lazypin", "scripts/lazypin_report.py", "README.md"};
+  for (const auto& entry : std::filesystem::directory_iterator(
+           std::string(LAZYPIN_SOURCE_DIR) + "/scripts/lazypin_report")) {
+    if (entry.path().extension() == ".py") {
+      files.push_back("scripts/lazypin_report/" + entry.path().filename().string());
+    }
+  }
+  EXPECT_GT(files.size(), 3u) << "the report's package, scripts/lazypin_report/";
+  for (const std::string& file : files) {
+    for (const std::string& name : VariableNames(ReadSource(file.c_str()))) {
       EXPECT_TRUE(KnownVariable(name)) << file << " names " << name << ", which is no variable";
     }
   }

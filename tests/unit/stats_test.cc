@@ -1,5 +1,6 @@
 // Tests of the histogram, the size classes and the summary (shim/telemetry/stats.h).
 #include "stats.h"
+#include "auto_pin.h"
 #include "tally.h"
 
 #include "pool.h"
@@ -340,6 +341,39 @@ TEST(StatsTest, EmptySummaryIsValidJson) {
   EXPECT_NE(json.find(R"("apis":{})"), std::string::npos);
   EXPECT_NE(json.find(R"("evictions":{})"), std::string::npos);
   EXPECT_NE(json.find(R"("saved_ns_est":0)"), std::string::npos);
+}
+
+TEST(StatsTest, AutoPinSavingAtMeasuredRatesElseTheFixedOnes) {
+  AutoPinCopyStats c;
+  // host to device: 10 GB/s pageable, 50 GB/s pinned, 1 GB at the pinned rate
+  c.dir[0].pinned_rate_bytes = 1000000000;
+  c.dir[0].pageable = {2, 2000000, 200000};
+  c.dir[0].pinned = {4, 5000000, 100000};
+  // device to host: pinned copies only (no pageable one timed): the fixed rates
+  c.dir[1].pinned_rate_bytes = 53000000;
+  c.dir[1].pinned = {1, 53000000, 1000000};
+  const AutoPinSaving v = AutoPinSavingOf(c, 1000000);
+  EXPECT_TRUE(v.dir[0].measured);
+  EXPECT_FALSE(v.dir[1].measured);
+  const double fixed = 53000000 * (1 / kFixedPageableBytesPerNs - 1 / kFixedPinnedBytesPerNs);
+  EXPECT_EQ(v.saved_ns, static_cast<int64_t>(1e9 * (0.1 - 0.02) + fixed - 1e6));
+  EXPECT_EQ(AutoPinSavingText(v),
+            fmt::format("saved {} in copies (estimated: 1000000000 bytes to the device at the pinned "
+                        "rate, priced at rates measured in this run: pageable 10.0 GB/s, pinned "
+                        "50.0 GB/s; 53000000 bytes from the device at the pinned rate, priced at "
+                        "fixed rates, an H200's (no synchronous pageable and pinned copy timed in "
+                        "this run): pageable 6.5 GB/s, pinned 53.0 GB/s; minus its registers' "
+                        "1.00 ms)",
+                        FormatNs(v.saved_ns)));
+  Stats s;
+  const std::string json = s.SummaryJson(PoolCounters{}, 0, "exit", nullptr, &c);
+  EXPECT_TRUE(JsonChecker(json).Valid()) << json;
+  EXPECT_NE(json.find(R"("copy_times":{"htod":{"pinned_rate_bytes":1000000000,"pageable":)"
+                      R"({"copies":2,"bytes":2000000,"ns":200000},)"),
+            std::string::npos)
+      << json;
+  EXPECT_EQ(s.SummaryJson(PoolCounters{}, 0, "exit").find("copy_times"), std::string::npos)
+      << "without auto-pin, no copy times";
 }
 
 TEST(TallyTest, RecordIsValidJsonWithTheGroupsAndBuckets) {
