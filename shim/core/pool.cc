@@ -326,6 +326,17 @@ AutoPinOutcome Pool::AutoPin(const RegisterRequest& req, uint64_t max_auto_bytes
   const uintptr_t page_lo = PageFloor(lo), page_hi = PageCeil(hi);
   ApplyPageChanges();
   {
+    // As BeforeCopy did for this copy: another thread may have pinned a range
+    // this copy covers in part since.
+    std::vector<Victim> partly;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      AwaitQuiet(lock, page_lo, page_hi);
+      TakePartlyCopied(lo, hi, &partly);
+    }
+    Evict(partly);
+  }
+  {
     std::unique_lock<std::mutex> lock(mu_);
     AwaitQuiet(lock, page_lo, page_hi);
     bool shared_page = false;

@@ -185,11 +185,13 @@ class Pool {
   std::optional<Outcome> TryDefer(uintptr_t ptr);
 
   // Auto-pin (LAZYPIN_AUTOPIN): a host-device copy is about to use the
-  // pageable host range [req.ptr, req.ptr + req.bytes) in req.ctx. If a
+  // pageable host range [req.ptr, req.ptr + req.bytes) in req.ctx. First the
+  // deferred entries it covers in part are released, as BeforeCopy does
+  // (another thread may have pinned one since). If a
   // deferred entry of that context holds the whole range, it is touched
   // (most recently used, not idle) and kCovered returned. If any entry shares
-  // a page with it (the program's registration, or a partial one), nothing
-  // is done. Otherwise, if it fits the bounds without evicting anything
+  // a page with it (the program's registration, or a deferred one of another
+  // context holding it), nothing is done. Otherwise, if it fits the bounds without evicting anything
   // (pool bytes and entries, and `max_auto_bytes` for auto-pinned bytes),
   // `eligible()` agrees (its pages are private anonymous and the driver knows
   // nothing of them), and the driver's watch admits it, `register_fn()`
