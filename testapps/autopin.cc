@@ -9,7 +9,8 @@
 // lines starting "diag:" (stderr) say what the driver holds, which differs.
 //
 // CLI: autopin --door runtime|symbol|dlsym|getproc|getproc_pt --form FORM
-//              [--scenario basic|threads|queries|invalidate|fork|bounds|small|capture|shared|partial|idle]
+//              [--scenario basic|threads|queries|invalidate|fork|bounds|small|capture|shared|partial|idle|
+//                          overlap]
 //              [--size 8M] [--iters 4]
 // FORM: htod (HtoD/DtoH), async (HtoDAsync/DtoHAsync), any (cuMemcpy:
 // unified), any_async, 2d, 2d_async, 2du (cuMemcpy2DUnaligned, driver doors),
@@ -248,6 +249,72 @@ void* MapAnon(size_t n, int flags = MAP_PRIVATE) {
   return p;
 }
 
+// --scenario overlap: copies over a range the program no longer holds
+// registered but the driver may (lazypin keeps it: a register and unregister
+// of the program's, or an auto-pin by a copy of exactly that range), each a
+// round trip through one span that lies inside the kept range, starts inside
+// and runs past it, ends inside it, or covers it. Bare, every one is a
+// pageable copy (0, the bytes); the driver refuses one that starts inside a
+// registration it holds and runs past it (1), so lazypin must let the driver
+// see what it would see bare. Last, the same over a range the program still
+// holds: the driver's answer (1 for a span past it) is the program's.
+// Every step has a region of its own, so each kept range is kept once.
+void Overlap(void* d, size_t n) {
+  const size_t k = n / 2;  // the kept range: k bytes, n / 2 into the step's region
+  struct Step {
+    const char* name;
+    size_t from;  // the span's offset from the kept range's start, minus k / 2
+    size_t bytes;
+  };
+  const Step steps[] = {
+      {"inside", k / 2 + k / 4, k / 2},  // [kept + k/4, kept + 3k/4)
+      {"exact", k / 2, k},               // the kept range itself
+      {"starts inside", k / 2, n},       // [kept, kept + n): runs k past its end
+      {"starts inside, later", k, n},    // [kept + k/2, kept + k/2 + n)
+      {"ends inside", 0, k},             // [kept - k/2, kept + k/2)
+      {"covers", 0, 2 * k},              // [kept - k/2, kept + 3k/2)
+  };
+  const size_t region = 2 * n;
+  for (const char* kept : {"deferred", "autopinned"}) {
+    char* base = static_cast<char*>(MapAnon(region * (sizeof steps / sizeof steps[0])));
+    unsigned seed = kept[0] == 'd' ? 100 : 200;
+    for (const Step& step : steps) {
+      char* r = base + region * (&step - steps);
+      char* keep = r + n / 2;
+      fprintf(stderr, "diag: kept=%s step=%s range=%p\n", kept, step.name, static_cast<void*>(keep));
+      const std::string what = std::string(kept) + " " + step.name;
+      if (kept[0] == 'd') {
+        const int rr = cudaHostRegister(keep, k, 0);
+        printf("%s: register=%d unregister=%d\n", what.c_str(), rr, cudaHostUnregister(keep));
+      } else {
+        RoundTrip((what + " pin").c_str(), keep, d, keep, k, seed++);  // auto-pins it
+      }
+      char* span = keep - k / 2 + step.from;
+      RoundTrip(what.c_str(), span, d, span, step.bytes, seed++);
+      RoundTrip((what + " again").c_str(), span, d, span, step.bytes, seed++);
+    }
+    munmap(base, region * (sizeof steps / sizeof steps[0]));
+  }
+  // The program's own registration: the driver answers, as bare.
+  char* h = static_cast<char*>(MapAnon(2 * n));
+  printf("held: register=%d\n", cudaHostRegister(h, k, 0));
+  Fill(h, n, 7);
+  printf("held starts inside h2d rc=%d\n", Copy(d, h, n, true));
+  printf("held starts inside d2h rc=%d\n", Copy(h, d, n, false));
+  printf("held sync rc=%d\n", cudaStreamSynchronize(g_stream));
+  cudaGetLastError();
+  printf("held: unregister=%d\n", cudaHostUnregister(h));
+  // Starting before the program's registration and running into it: the
+  // simulator takes it as pageable (0); what the real driver says shows here.
+  printf("held later: register=%d\n", cudaHostRegister(h + k, k, 0));
+  printf("held ends inside h2d rc=%d\n", Copy(d, h, n, true));
+  printf("held ends inside d2h rc=%d\n", Copy(h, d, n, false));
+  printf("held later sync rc=%d\n", cudaStreamSynchronize(g_stream));
+  cudaGetLastError();
+  printf("held later: unregister=%d\n", cudaHostUnregister(h + k));
+  munmap(h, 2 * n);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -408,13 +475,17 @@ int main(int argc, char** argv) {
     fprintf(stderr, "diag: live=%lu\n", Live());
     munmap(h, n);
   } else if (scenario == "partial") {
+    // The program registers the back half; each copy starts before it (in no
+    // registration: pageable to the driver) and runs into it.
     char* h = static_cast<char*>(malloc(n));
     fprintf(stderr, "diag: h=%p back=%p\n", static_cast<void*>(h), back);
-    printf("register half rc=%d\n", cudaHostRegister(h, n / 2, 0));
+    printf("register half rc=%d\n", cudaHostRegister(h + n / 2, n / 2, 0));
     for (int i = 0; i < iters; ++i) RoundTrip("partial", h, d, back, n, i, /*pageable=*/false);
     fprintf(stderr, "diag: live=%lu\n", Live());
-    printf("unregister half rc=%d\n", cudaHostUnregister(h));
+    printf("unregister half rc=%d\n", cudaHostUnregister(h + n / 2));
     free(h);
+  } else if (scenario == "overlap") {
+    Overlap(d, n);
   } else {
     DIE("unknown --scenario %s", scenario.c_str());
   }

@@ -197,7 +197,9 @@ class Dispatch {
   // order: every change whose system call returned, and every event the
   // kernel has queued): a registration whose pages changed is really
   // unregistered before the copy, which then reads the pages the program
-  // sees (Pool::BeforeCopy). Inline: nothing deferred costs one relaxed load.
+  // sees; so is one the copy covers in part, which the driver would refuse
+  // the copy over (Pool::BeforeCopy). Inline: nothing deferred costs one
+  // relaxed load.
   bool MayCopyThroughDeferred(uintptr_t lo, uintptr_t hi) const {
     return pool_ != nullptr && pool_->MaybeHolds(lo, hi);
   }

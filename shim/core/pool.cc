@@ -289,13 +289,35 @@ void Pool::BeforeCopy(uintptr_t lo, uintptr_t hi) {
   if (abandoned_.load(std::memory_order_relaxed)) return;
   ApplyPageChanges();
   const uintptr_t page_lo = PageFloor(lo), page_hi = PageCeil(hi);
-  std::unique_lock<std::mutex> lock(mu_);
-  evicted_.wait(lock, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    for (auto it = FirstOverlap(page_lo); it != entries_.end() && it->first < page_hi; ++it) {
-      if (it->second.state == State::kEvicting) return false;
-    }
-    return true;
-  });
+  std::vector<Victim> victims;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    evicted_.wait(lock, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      for (auto it = FirstOverlap(page_lo); it != entries_.end() && it->first < page_hi; ++it) {
+        if (it->second.state == State::kEvicting) return false;
+      }
+      return true;
+    });
+    TakePartlyCopied(lo, hi, &victims);
+  }
+  Evict(victims);
+}
+
+void Pool::TakePartlyCopied(uintptr_t lo, uintptr_t hi, std::vector<Victim>* victims) {
+  const uintptr_t page_lo = PageFloor(lo), page_hi = PageCeil(hi);
+  for (auto it = FirstOverlap(page_lo); it != entries_.end() && it->first < page_hi; ++it) {
+    const Entry& e = it->second;
+    // Inside one registration (kept or the program's): that one answers, as
+    // the program expects of kept memory (pinned, or pageable if bare).
+    if (e.base <= lo && RangeEnd(e.base, e.bytes) >= hi) return;
+  }
+  for (auto it = FirstOverlap(page_lo); it != entries_.end() && it->first < page_hi; ++it) {
+    Entry& e = it->second;
+    if (e.state != State::kDeferred) continue;
+    // A range that copies keep releasing is not auto-pinned again (see AutoPin).
+    if (e.auto_pinned) NoteQueried(e.base, e.bytes, 1);
+    TakeVictim(e, EvictReason::kOverlap, victims);
+  }
 }
 
 AutoPinOutcome Pool::AutoPin(const RegisterRequest& req, uint64_t max_auto_bytes,
@@ -306,6 +328,17 @@ AutoPinOutcome Pool::AutoPin(const RegisterRequest& req, uint64_t max_auto_bytes
   const uintptr_t lo = req.ptr, hi = RangeEnd(req.ptr, req.bytes);
   const uintptr_t page_lo = PageFloor(lo), page_hi = PageCeil(hi);
   ApplyPageChanges();
+  {
+    // As BeforeCopy did for this copy: another thread may have pinned a range
+    // this copy covers in part since.
+    std::vector<Victim> partly;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      AwaitQuiet(lock, page_lo, page_hi);
+      TakePartlyCopied(lo, hi, &partly);
+    }
+    Evict(partly);
+  }
   {
     std::unique_lock<std::mutex> lock(mu_);
     AwaitQuiet(lock, page_lo, page_hi);

@@ -159,7 +159,7 @@ struct PoolCounters {
   // the bounds; bytes held auto-pinned now (part of pooled_bytes).
   uint64_t autopins = 0, autopin_bytes = 0, autopin_copies = 0, autopin_copy_bytes = 0;
   uint64_t autopin_hits = 0, autopin_full = 0, autopinned_bytes = 0;
-  uint64_t autopin_queried = 0;  // attempts declined: pointer queries keep releasing that range
+  uint64_t autopin_queried = 0;  // attempts declined: queries or overlapping copies keep releasing that range
   int64_t autopin_register_ns = 0;
 };
 
@@ -196,20 +196,24 @@ class Pool {
   std::optional<Outcome> TryDefer(uintptr_t ptr);
 
   // Auto-pin (LAZYPIN_AUTOPIN): a host-device copy is about to use the
-  // pageable host range [req.ptr, req.ptr + req.bytes) in req.ctx. If a
+  // pageable host range [req.ptr, req.ptr + req.bytes) in req.ctx. First the
+  // deferred entries it covers in part are released, as BeforeCopy does
+  // (another thread may have pinned one since). If a
   // deferred entry of that context holds the whole range, it is touched
   // (most recently used, not idle) and kCovered returned. If any entry shares
-  // a page with it (the program's registration, or a partial one), nothing
-  // is done. Otherwise, if it fits the bounds without evicting anything
+  // a page with it (the program's registration, or a deferred one of another
+  // context holding it), nothing is done. Otherwise, if it fits the bounds without evicting anything
   // (pool bytes and entries, and `max_auto_bytes` for auto-pinned bytes),
   // `eligible()` agrees (its pages are private anonymous and the driver knows
   // nothing of them), and the driver's watch admits it, `register_fn()`
   // registers it (flags 0) and it enters the pool as a deferred entry: to the
   // program it is still pageable. A range whose auto-pin pointer queries
-  // released kAutoPinQueryLimit times, or whose register the driver refused,
-  // is not auto-pinned again (a program that asks about its memory before
-  // each copy would pay a register and an unregister per copy; a refused one
-  // a failed register), until 16 other such ranges have been seen. To the
+  // released kAutoPinQueryLimit times (by pointer queries, or by copies
+  // that overlap it without lying inside it: BeforeCopy), or whose register
+  // the driver refused, is not auto-pinned again (a program that asks about
+  // its memory before each copy, or copies two overlapping ranges in turn,
+  // would pay a register and an unregister per copy; a refused one a failed
+  // register), until 16 other such ranges have been seen. To the
   // program it is still pageable, and it is invalidated, evicted, hit and
   // released exactly like memory the program unregistered. Neither callback
   // is called with the lock held.
@@ -226,8 +230,14 @@ class Pool {
   // copies through any registration it holds there: applies the page changes
   // (as ApplyPageChanges), then waits for the evictions in progress on
   // [lo, hi) (another thread's apply may have taken such an entry, and the
-  // driver holds it until its unregister returns). Afterwards no registration
-  // the pool deferred there has pages that changed before the call.
+  // driver holds it until its unregister returns). Then, unless [lo, hi)
+  // lies inside one entry (deferred or in use), the deferred entries sharing
+  // a page with it are really unregistered (EvictReason::kOverlap): the
+  // driver refuses a copy that starts inside a registration and runs past
+  // it, where bare that memory is pageable and the copy succeeds; in-use
+  // entries are the program's, and the driver answers as bare. Afterwards no
+  // registration the pool deferred there has pages that changed before the
+  // call, and none covers part of [lo, hi) only.
   void BeforeCopy(uintptr_t lo, uintptr_t hi);
 
   // Memory [lo, hi) leaves the process, or a pointer query touches it: really
@@ -375,6 +385,10 @@ class Pool {
   int Evict(std::vector<Victim>& victims) ABSL_LOCKS_EXCLUDED(mu_);
   int Evict(const Victim* victims, size_t count) ABSL_LOCKS_EXCLUDED(mu_);
   bool FramesUnchanged(const Entry& e);
+  // BeforeCopy's release: the deferred entries sharing a page with [lo, hi),
+  // unless one entry holds all of it.
+  void TakePartlyCopied(uintptr_t lo, uintptr_t hi, std::vector<Victim>* victims)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Releases the deferred entries `matches` picks; forgets its in-use ones too
   // when `forget_in_use`. The pool's answer to context teardown.
   int DropWhere(absl::FunctionRef<bool(const Entry&)> matches, bool forget_in_use)
@@ -391,7 +405,7 @@ class Pool {
   void ForgetParked(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeBlocks(const std::vector<uintptr_t>& blocks);
   static size_t ParkSlot(size_t usable) { return (usable >> 4) % kParkSlots; }
-  // Auto-pinned ranges that pointer queries released, most recent first (see AutoPin).
+  // Auto-pinned ranges that queries or overlapping copies released, most recent first (see AutoPin).
   static constexpr int kAutoPinQueryLimit = 2;
   struct Queried {
     uintptr_t base = 0;

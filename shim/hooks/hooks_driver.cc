@@ -297,8 +297,9 @@ AutoPin* AutoPinFor(size_t bytes) {
 }
 
 // Before any copy that may move host memory [lo, lo + bytes): the kernel
-// watch's changes there are applied first (Dispatch::BeforeCopy). With
-// nothing deferred: one relaxed load past the published state.
+// watch's changes there are applied first, and what lazypin keeps that the
+// copy covers in part is released (Dispatch::BeforeCopy). With nothing
+// deferred: one relaxed load past the published state.
 void GuardCopySide(uintptr_t lo, size_t bytes) {
   if (bytes == 0) return;
   const uintptr_t hi = RangeEnd(lo, bytes);

@@ -56,9 +56,18 @@ class AutoPinTest(AppTestCase):
                     h, back = int(diag(run.err, "h"), 16), int(diag(run.err, "back"), 16)
                     ok = [p for p in pins if p["result"] == 0]
                     # h and back on the first round trip, h again after the query
-                    # released it; nothing else (the program's own ranges are left alone).
-                    self.assertEqual(sorted(int(p["ptr"], 16) for p in ok), sorted([h, h, back]),
-                                     pins)
+                    # released it, and h once more on the last round trip: the
+                    # program registered and unregistered a sub-range (deferred),
+                    # which that copy covers without lying inside it, so it is
+                    # released first (the driver must see no registration there,
+                    # as bare) and h is then memory nobody holds. Nothing else
+                    # (the program's own ranges are left alone).
+                    self.assertEqual(sorted(int(p["ptr"], 16) for p in ok),
+                                     sorted([h, h, h, back]), pins)
+                    order = [(r["type"], int(r["ptr"], 16), r.get("reason")) for r in run.records
+                             if r["type"] in ("autopin", "evict")]
+                    last = max(i for i, o in enumerate(order) if o == ("autopin", h, None))
+                    self.assertEqual(order[last - 1], ("evict", h + 8192, "overlap"), order)
                     for p in ok:
                         self.assertEqual(p["via"], VIA[door], p)
                         self.assertEqual(p["bytes"], 8 << 20)
@@ -71,7 +80,7 @@ class AutoPinTest(AppTestCase):
                     summary = run.records[-1]
                     self.assertEqual(summary["type"], "summary")
                     ap = summary["pool"]["autopin"]
-                    self.assertEqual(ap["pins"], 3)
+                    self.assertEqual(ap["pins"], 4)
                     self.assertEqual(ap["hits"], 1, "the program's exact register was served")
                     self.assertGreaterEqual(ap["copies"], 6, "later copies found it pinned")
                     evicts = {r["reason"] for r in run.records if r["type"] == "evict"}
@@ -185,6 +194,65 @@ class AutoPinTest(AppTestCase):
         h = int(diag(run.err, "h"), 16)
         self.assertEqual([p for p in autopins(run.records) if int(p["ptr"], 16) == h], [])
         self.assertEqual(diag(run.err, "live"), "2", "the program's half and the back buffer")
+
+    # -- copies over a range lazypin keeps and the program does not hold -----
+    def overlap_ranges(self, run):
+        """{(kept, step): range} from the app's diag lines."""
+        return {(k, s): int(r, 16) for k, s, r in
+                re.findall(r"diag: kept=(\S+) step=(.+?) range=(\S+)", run.err)}
+
+    def check_overlap_releases(self, run, kept_kinds):
+        """Each kept range a copy overlaps without lying inside is released for
+        the overlap before that copy; the copies inside it leave it kept."""
+        overlaps = {int(r["ptr"], 16) for r in run.records
+                    if r["type"] == "evict" and r["reason"] == "overlap"}
+        for (kept, step), ptr in self.overlap_ranges(run).items():
+            if kept not in kept_kinds:
+                continue
+            inside = step in ("inside", "exact")
+            self.assertEqual(ptr in overlaps, not inside, (kept, step))
+
+    def test_a_copy_over_a_kept_range_sees_the_bare_driver(self):
+        # Bare, every copy is pageable: 0 and the bytes. The driver refuses a
+        # copy that starts inside a registration and runs past it (1), so a
+        # range lazypin keeps (auto-pinned, or deferred after the program's
+        # unregister) must be released first wherever the copy does not lie
+        # inside it: sync and async, both directions, runtime and driver,
+        # 1D, 2D and 3D spans.
+        for door, form in (("runtime", "htod"), ("runtime", "async"), ("runtime", "2d"),
+                           ("runtime", "3d_async"), ("getproc", "async"), ("symbol", "htod"),
+                           ("dlsym", "any"), ("getproc", "any_async"), ("symbol", "2d_async"),
+                           ("getproc_pt", "2du"), ("dlsym", "3d")):
+            with self.subTest(door=door, form=form):
+                run = self.compare(["--door", door, "--form", form, "--scenario", "overlap"])
+                self.assertIn("held starts inside h2d rc=1", run.out)  # the program's: as bare
+                self.assertNotIn("DIFFER", run.out)
+                self.check_overlap_releases(run, ("deferred", "autopinned"))
+                # Released for the overlap, the copy's own span is pinned instead.
+                ranges = self.overlap_ranges(run)
+                pinned = {int(p["ptr"], 16) for p in autopins(run.records) if p["result"] == 0}
+                k = 4 << 20
+                self.assertIn(ranges[("autopinned", "starts inside")], pinned)
+                self.assertIn(ranges[("autopinned", "covers")] - k // 2, pinned)
+
+    def test_a_copy_over_a_deferred_range_sees_the_bare_driver(self):
+        # Defer mode without auto-pin: the program registered 4 MiB,
+        # unregistered it (deferred), then copies 8 MiB from there.
+        bare = self.run_app([app("autopin"), "--door", "runtime", "--form", "htod",
+                             "--scenario", "overlap"], shim=False, **SIM)
+        self.assertEqual(bare.rc, 0, bare.err[-2000:])
+        for door, form in (("runtime", "htod"), ("runtime", "async"), ("getproc", "2d_async"),
+                           ("symbol", "3d")):
+            with self.subTest(door=door, form=form):
+                argv = [app("autopin"), "--door", door, "--form", form, "--scenario", "overlap"]
+                if (door, form) != ("runtime", "htod"):
+                    bare = self.run_app(argv, shim=False, **SIM)
+                    self.assertEqual(bare.rc, 0, bare.err[-2000:])
+                run = self.run_app(argv, **dict(SIM, LAZYPIN_MODE="defer"))
+                self.assertEqual(run.rc, 0, run.err[-3000:])
+                self.assertEqual(run.out, bare.out, "the program saw a difference")
+                self.assertEqual(autopins(run.records), [])
+                self.check_overlap_releases(run, ("deferred",))
 
     def test_idle_collection_releases_it(self):
         run = self.compare(["--door", "getproc", "--form", "htod", "--scenario", "idle"],

@@ -935,6 +935,14 @@ CUresult copy_engine(std::vector<Seg> segs, CUstream stream, bool async, Mem dst
   if (total == 0) return CUDA_SUCCESS;
   std::vector<StaleHit> hits;
   bool dst_dev = true, src_dev = true, dst_pinned = true, src_pinned = true;
+  // A host side's span, from its first piece's first byte to its last piece's last.
+  struct Span {
+    uintptr_t lo = 0, hi = 0;
+    void add(uintptr_t p, size_t n) {
+      if (lo == 0) lo = p;
+      hi = std::max(hi, p + n);
+    }
+  } dst_span, src_span;
   {
     std::lock_guard<std::mutex> l(g().mu);
     if (!valid_stream_locked(stream)) return CUDA_ERROR_INVALID_HANDLE;
@@ -958,11 +966,26 @@ CUresult copy_engine(std::vector<Seg> segs, CUstream stream, bool async, Mem dst
       };
       if (!dd) {
         dst_pinned &= inside(x.dst);
+        dst_span.add(x.dst, x.n);
         check_range_locked(x.dst, x.n, hits);
       }
       if (!sd) {
         src_pinned &= inside(x.src);
+        src_span.add(x.src, x.n);
         check_range_locked(x.src, x.n, hits);
+      }
+    }
+    // A host side that starts inside a registration (any context's: one
+    // address space) must end inside it: the driver takes the side as that
+    // registration's memory and refuses a span running past it (the H200,
+    // driver 580: a copy from a registered 4 MiB buffer's base of 20-64 MiB
+    // gives 1). A side that starts in no registration is pageable, whatever
+    // it overlaps later.
+    for (const Span& span : {dst_span, src_span}) {
+      if (span.lo == 0) continue;
+      auto it = find_reg_locked(span.lo);
+      if (it != g().regs.end() && span.hi > it->first + it->second.bytes) {
+        return CUDA_ERROR_INVALID_VALUE;
       }
     }
     if (async) {

@@ -153,6 +153,70 @@ TEST_F(AutoPinPoolTest, ARangeThatQueriesKeepReleasingIsNotPinnedAgain) {
   EXPECT_EQ(Pin(kB, 16 * kPage).result, AutoPinResult::kPinned);
 }
 
+// A copy whose host span the driver would take for a kept registration's
+// memory but which runs past it (the driver refuses: 1; bare it is pageable)
+// finds that registration released first; one inside it finds it in place;
+// one over the program's own registration finds that one untouched.
+TEST_F(AutoPinPoolTest, ACopyOverAKeptRangeInPartReleasesItFirst) {
+  model::DriverModel bare;  // the program's view: nothing registered there
+  constexpr size_t kKept = 16 * kPage - 128;  // ends inside its last page
+  struct Copy {
+    uintptr_t lo;
+    size_t bytes;
+    bool releases;
+  };
+  const Copy copies[] = {
+      {kA + kPage, 4 * kPage, false},        // inside
+      {kA, kKept, false},                    // exactly
+      {kA, 32 * kPage, true},                // starts inside, runs past
+      {kA + 8 * kPage, 16 * kPage, true},    // starts later inside, runs past
+      {kA - 4 * kPage, 8 * kPage, true},     // ends inside
+      {kA - 4 * kPage, 24 * kPage, true},    // covers it
+      {kA + kKept + 64, 32, true},           // its last page, past its bytes
+  };
+  uintptr_t kept = kA;  // each copy over a range of its own
+  for (const Copy& c : copies) {
+    SCOPED_TRACE(absl::StrFormat("copy at kept%+d, %d bytes", int64_t(c.lo - kA), c.bytes));
+    kept += 64 * kPage;
+    ASSERT_EQ(Pin(kept, kKept).result, AutoPinResult::kPinned);
+    const uintptr_t lo = kept + (c.lo - kA), hi = lo + c.bytes;
+    ASSERT_TRUE(pool_->MaybeHolds(lo, hi));
+    pool_->BeforeCopy(lo, hi);
+    EXPECT_EQ(driver_.model.Find(kept) == nullptr, c.releases);
+    EXPECT_EQ(driver_.model.Copy(lo, hi), bare.Copy(lo, hi));
+    // Released, what the copy touches is memory nobody holds: it may be pinned.
+    if (c.releases) {
+      EXPECT_EQ(driver_.log.back(), absl::StrFormat("evict 0x%x", kept));
+      EXPECT_EQ(Pin(lo, c.bytes).result, AutoPinResult::kPinned);
+    }
+  }
+  EXPECT_EQ(pool_->Counters().evictions[static_cast<int>(EvictReason::kOverlap)], 5u);
+  // The program's registration, starting where the copy starts: the driver
+  // answers as bare, and nothing of the program's is released.
+  ASSERT_EQ(Reg(kB, 4 * kPage).result, 0);
+  bare.Register(kB, 4 * kPage, 0, kCtx1);
+  pool_->BeforeCopy(kB, kB + 8 * kPage);
+  EXPECT_NE(driver_.model.Find(kB), nullptr);
+  EXPECT_EQ(driver_.model.Copy(kB, kB + 8 * kPage), bare.Copy(kB, kB + 8 * kPage));
+  EXPECT_EQ(bare.Copy(kB, kB + 8 * kPage), model::kInvalidValue);
+}
+
+// Two overlapping ranges copied in turn: each copy releases the other's pin.
+// A range released so twice is not pinned again, so the unregisters stop.
+TEST_F(AutoPinPoolTest, RangesThatCopiesKeepReleasingAreNotPinnedAgain) {
+  const uintptr_t kA2 = kA + 8 * kPage;
+  int pins = 0;
+  for (int i = 0; i < 6; ++i) {
+    for (uintptr_t lo : {kA, kA2}) {
+      pool_->BeforeCopy(lo, lo + 16 * kPage);
+      pins += Pin(lo, 16 * kPage).result == AutoPinResult::kPinned ? 1 : 0;
+    }
+  }
+  EXPECT_EQ(pins, 4) << "each range pinned and released twice, then left pageable";
+  EXPECT_EQ(pool_->Counters().evictions[static_cast<int>(EvictReason::kOverlap)], 4u);
+  EXPECT_GT(pool_->Counters().autopin_queried, 0u);
+}
+
 TEST_F(AutoPinPoolTest, IdleCollectionReleasesItAndCopiesKeepItAlive) {
   ASSERT_EQ(Pin(kA, 16 * kPage).result, AutoPinResult::kPinned);
   ASSERT_EQ(Pin(kB, 16 * kPage).result, AutoPinResult::kPinned);

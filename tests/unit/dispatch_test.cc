@@ -377,6 +377,20 @@ TEST_P(DispatchTest, ACopyAppliesTheWatchsChangesToMemoryTheProgramUnregistered)
   EXPECT_EQ(model_.Register(kBuf, kBytes, 0, kCtx), 0) << "the driver holds nothing there";
 }
 
+// The program registered kBytes, unregistered them (deferred), then copies
+// past them from their base: the driver would refuse that copy over its
+// registration (1), bare it is pageable. A copy inside them runs through it.
+TEST_P(DispatchTest, ACopyOverPartOfMemoryTheProgramUnregisteredReleasesItFirst) {
+  ASSERT_EQ(DriverRegister(kBuf, kBytes, 0), 0);
+  ASSERT_EQ(DriverUnregister(kBuf), 0);
+  const int unregisters = pool_driver_.unregisters;
+  dispatch_->BeforeCopy(kBuf + 4096, kBuf + kBytes);
+  EXPECT_EQ(pool_driver_.unregisters, unregisters) << "inside it: kept";
+  dispatch_->BeforeCopy(kBuf, kBuf + 16 * kBytes);
+  EXPECT_EQ(pool_driver_.unregisters, unregisters + (Deferring() ? 1 : 0));
+  EXPECT_EQ(model_.Register(kBuf, kBytes, 0, kCtx), 0) << "the driver holds nothing there";
+}
+
 // A copy from memory the program holds registered is never synchronized,
 // with nothing deferred and with something deferred elsewhere: it stays
 // asynchronous. (Its cost, a few loads, is bench/pool_bench BM_MaybeHolds.)

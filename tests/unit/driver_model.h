@@ -97,6 +97,17 @@ class DriverModel {
     return 0;
   }
 
+  // A copy whose host side is [lo, hi): a side that starts inside a
+  // registration (its granular range) and runs past it is refused (1); one
+  // that starts in none is pageable (0).
+  int Copy(uintptr_t lo, uintptr_t hi) const {
+    auto it = regs_.upper_bound(lo);
+    if (it == regs_.begin()) return 0;
+    --it;
+    const uintptr_t end = Ceil(SatEnd(it->first, it->second.bytes));
+    return Floor(it->first) <= lo && lo < end && hi > end ? kInvalidValue : 0;
+  }
+
   // A context is destroyed: its registrations vanish.
   void DropContext(Context ctx) {
     for (auto it = regs_.begin(); it != regs_.end();) {
@@ -565,9 +576,38 @@ class PoolHarness final : private PoolDriver, private PoolObserver {
     if (out.result == 0) Remember(Registration{req.ptr, req.bytes, req.flags, req.ctx, {}});
   }
 
-  // A copy about to use [ptr, ptr + bytes): the pool may register it for
-  // itself (a deferred entry the program never made) or touch the one holding it.
+  // A copy about to use [ptr, ptr + bytes), as the copy hooks make it: the
+  // pool first lets go of what it keeps there that the copy covers in part
+  // (BeforeCopy, where MaybeHolds says so), then may register the range for
+  // itself (a deferred entry the program never made) or touch the one holding
+  // it. The driver then answers the copy as without lazypin.
   void DoAutoPin(const Op& op) {
+    if (op.bytes != 0) {
+      const uintptr_t lo = op.ptr, hi = SatEnd(op.ptr, op.bytes);
+      if (pool_.MaybeHolds(lo, hi)) pool_.BeforeCopy(lo, hi);
+      // Inside one registration the driver holds (the program's or kept): that
+      // one answers. Else nothing kept may share a page with the copy.
+      bool inside_one = false;
+      for (const auto& [base, r] : driver_.regs()) {
+        inside_one |= base <= lo && SatEnd(base, r.bytes) >= hi;
+      }
+      for (const auto& [base, p] : pooled_) {
+        const bool shares_page = base < (hi + kPage - 1) / kPage * kPage &&
+                                 SatEnd(base, p.bytes) > lo / kPage * kPage;
+        Expect(inside_one || !shares_page, "a copy of 0x%x (+%d) covers pooled 0x%x (+%d) in part",
+               lo, op.bytes, base, p.bytes);
+      }
+      evicted_in_call_ = 0;
+    }
+    PinForCopy(op);
+    if (op.bytes != 0) {
+      const uintptr_t lo = op.ptr, hi = SatEnd(op.ptr, op.bytes);
+      const int got = driver_.Copy(lo, hi), bare = program_.Copy(lo, hi);
+      Expect(got == bare, "the copy of 0x%x (+%d) gets %d, without lazypin %d", lo, op.bytes,
+             got, bare);
+    }
+  }
+  void PinForCopy(const Op& op) {
     RegisterRequest req;
     req.ptr = op.ptr;
     req.bytes = op.bytes;
