@@ -319,17 +319,7 @@ class JsonReport(unittest.TestCase):
         self.assertIsNone(pool["saved_ns_est"])
 
     def test_pool_saving_priced(self):
-        # three warm registers (160, 170, 180 us) price 30 hits of 1 us; three
-        # forwarded unregisters (80, 90, 100 us) price 30 deferrals of 500 ns
-        b = LogBuilder("defer")
-        bufs = [0x7f0000000000 + i * (8 << 20) for i in range(4)]
-        b.reg(bufs[3], M4, 300 * MS, "miss")
-        for p, lat in zip(bufs, (160, 170, 180)):
-            b.reg(p, M4, lat * US, "miss")
-        for p, lat in zip(bufs, (80, 90, 100)):
-            b.unreg(p, lat * US, "passthrough", reason="shared")
-        for k in range(30):
-            b.reg(bufs[k % 3], M4, 1 * US, "hit").unreg(bufs[k % 3], 500, "deferred")
+        b = priced_log()
         d = tempfile.mkdtemp(prefix="lazypin-priced-")
         try:
             pool = report_json(b.write(os.path.join(d, "p.jsonl")))["pool"]
@@ -417,15 +407,7 @@ class CompareAutoPin(unittest.TestCase):
 class BriefSummary(unittest.TestCase):
     def test_large_logs_are_summed_from_their_summaries(self):
         # a log whose summary carries the shim's saving, as the shim writes it
-        b = LogBuilder("defer")
-        bufs = [0x7f0000000000 + i * (8 << 20) for i in range(4)]
-        b.reg(bufs[3], M4, 300 * MS, "miss")
-        for p, lat in zip(bufs, (160, 170, 180)):
-            b.reg(p, M4, lat * US, "miss")
-        for p, lat in zip(bufs, (80, 90, 100)):
-            b.unreg(p, lat * US, "passthrough", reason="shared")
-        for k in range(30):
-            b.reg(bufs[k % 3], M4, 1 * US, "hit").unreg(bufs[k % 3], 500, "deferred")
+        b = priced_log()
         d = tempfile.mkdtemp(prefix="lazypin-brief-")
         try:
             path = b.write(os.path.join(d, "p.jsonl"))
@@ -724,6 +706,22 @@ class LogBuilder:
             for r in self.recs + [{"type": "summary", "t_ns": self.t, "ended_by": ended_by}]:
                 f.write(json.dumps(r, separators=(",", ":")) + "\n")
         return path
+
+
+def priced_log():
+    """A defer log whose real calls price its hits and deferrals: three warm
+    registers (160, 170, 180 us) price 30 hits of 1 us; three forwarded
+    unregisters (80, 90, 100 us) price 30 deferrals of 500 ns."""
+    b = LogBuilder("defer")
+    bufs = [0x7f0000000000 + i * (8 << 20) for i in range(4)]
+    b.reg(bufs[3], M4, 300 * MS, "miss")
+    for p, lat in zip(bufs, (160, 170, 180)):
+        b.reg(p, M4, lat * US, "miss")
+    for p, lat in zip(bufs, (80, 90, 100)):
+        b.unreg(p, lat * US, "passthrough", reason="shared")
+    for k in range(30):
+        b.reg(bufs[k % 3], M4, 1 * US, "hit").unreg(bufs[k % 3], 500, "deferred")
+    return b
 
 
 def bare_total(b):
