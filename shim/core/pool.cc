@@ -26,7 +26,7 @@ Pool::Map::iterator Pool::FirstOverlap(uintptr_t lo) {
 
 bool Pool::RangeQuiet(uintptr_t lo, uintptr_t hi) const {
   if (inflight_.empty() && evicting_ == 0) return true;
-  for (const Range& r : inflight_) {
+  for (const Inflight& r : inflight_) {
     if (r.lo < hi && r.hi > lo) return false;
   }
   auto& self = const_cast<Pool&>(*this);
@@ -34,6 +34,13 @@ bool Pool::RangeQuiet(uintptr_t lo, uintptr_t hi) const {
     if (it->second.state == State::kEvicting) return false;
   }
   return true;
+}
+
+bool Pool::InflightLeftLocked(Range range) const {
+  for (const Inflight& r : inflight_) {
+    if (r.lo == range.lo && r.hi == range.hi) return r.left;
+  }
+  return false;
 }
 
 void Pool::EndInflight(Range range) {
@@ -273,6 +280,11 @@ void Pool::ApplyPageChanges(DrainScope scope) {
   std::vector<Victim> victims;
   driver_->DrainChanges(scope, [&](uintptr_t lo, uintptr_t hi) {
     std::lock_guard<std::mutex> lock(mu_);
+    // A registration on its way to the driver: its entry is made after the
+    // driver's answer, so the change is noted on the call (InflightLeftLocked).
+    for (Inflight& r : inflight_) {
+      if (r.lo < hi && r.hi > lo) r.left = true;
+    }
     for (auto it = FirstOverlap(lo); it != entries_.end() && it->first < hi; ++it) {
       Entry& e = it->second;
       if (e.state == State::kDeferred) TakeVictim(e, EvictReason::kWatch, &victims);
@@ -372,7 +384,7 @@ AutoPinOutcome Pool::AutoPin(const RegisterRequest& req, uint64_t max_auto_bytes
       return out;
     }
     // Until the driver answers, calls on this range wait (as in Register).
-    inflight_.push_back(Range{page_lo, page_hi});
+    inflight_.push_back(Inflight{page_lo, page_hi, false});
   }
   const Range page{page_lo, page_hi};
   if (!eligible() || driver_->Admit(lo, hi) != PassReason::kNone) {
@@ -414,6 +426,10 @@ AutoPinOutcome Pool::AutoPin(const RegisterRequest& req, uint64_t max_auto_bytes
     counters_.autopins += 1;
     counters_.autopin_bytes += e.bytes;
     counters_.autopin_register_ns += out.register_ns;
+    if (InflightLeftLocked(page)) {
+      // Its pages changed while the driver registered them: released at once.
+      TakeVictim(e, EvictReason::kWatch, &victims);
+    }
     // Checked before the register; another thread may have filled the pool
     // since: the bounds hold anyway (least recently used first, as a deferral does).
     TakeOverBounds(&victims);
@@ -430,7 +446,10 @@ void Pool::ReleaseWatched(const std::vector<Range>& ranges) {
 
 std::optional<Outcome> Pool::TryHit(const RegisterRequest& req) {
   if (abandoned_.load(std::memory_order_relaxed) || Empty() || req.ptr == 0) return std::nullopt;
-  ApplyPageChanges(DrainScope::kReturned);
+  // Every change the kernel has queued: another thread may be mapping new
+  // memory at an address whose unmap is still on its way (its event queued,
+  // not yet read), where a hit would hand back the old pages.
+  ApplyPageChanges(DrainScope::kQueued);
   std::unique_lock<std::mutex> lock(mu_);
   AwaitQuiet(lock, PageFloor(req.ptr), PageCeil(RangeEnd(req.ptr, req.bytes)));
   if (HitLocked(req) == nullptr) return std::nullopt;
@@ -476,7 +495,7 @@ Outcome Pool::Register(const RegisterRequest& req, absl::FunctionRef<int()> forw
     counters_.misses += 1;
     // Until the driver answers, calls on this range wait, as the driver would
     // order them, so that none acts on a state the driver no longer has.
-    inflight_.push_back(Range{page_lo, page_hi});
+    inflight_.push_back(Inflight{page_lo, page_hi, false});
   }
   // forward_only: the driver normally refuses (712); if it accepts, the
   // overlapping in-use entries were stale and the new one is recorded below.
@@ -521,6 +540,9 @@ Outcome Pool::Register(const RegisterRequest& req, absl::FunctionRef<int()> forw
     Entry entry{req.ptr, req.bytes, req.flags, req.ctx, req.device, State::kInUse,
                 pass, watched, 0, 0, {}};
     entry.frames = std::move(frames);
+    // Its pages changed while the driver registered them: the program's view
+    // is gone; the driver answers for it from now on (never deferred).
+    entry.left = InflightLeftLocked(Range{page_lo, page_hi});
     TrackInUse(entry);
     entries_.emplace(req.ptr, std::move(entry));
   } else if (watched) {
@@ -546,6 +568,9 @@ bool Pool::DeferLocked(uintptr_t ptr, std::vector<Victim>* victims) {
 
 std::optional<Outcome> Pool::TryDefer(uintptr_t ptr) {
   if (abandoned_.load(std::memory_order_relaxed) || ptr == 0) return std::nullopt;
+  // What was read is enough: an event still queued is applied before any
+  // use of the entry (a hit, a register, a copy and the collector read the
+  // queue), and the deferral itself hands nothing to the program.
   ApplyPageChanges(DrainScope::kReturned);
   std::vector<Victim> victims;
   {
@@ -586,7 +611,7 @@ Outcome Pool::Unregister(uintptr_t ptr, absl::FunctionRef<int()> forward, bool m
       // driver's view match the program's, then let the driver answer.
       TakeVictim(it->second, EvictReason::kOverlap, &victims);
     }
-    inflight_.push_back(page);
+    inflight_.push_back(Inflight{page.lo, page.hi, false});
   }
   Outcome out{kCudaSuccess, Action::kForward, Evict(victims)};
   if (took && (taken.pass != PassReason::kNone || taken.left)) {

@@ -222,8 +222,8 @@ class Pool {
 
   // Applies the page changes the driver's watch reports (DrainChanges):
   // deferred entries they touch are really unregistered, in-use ones will
-  // not be deferred. Every program entry point above starts with it: hits
-  // and deferrals (TryHit, TryDefer) with kReturned, the others kQueued.
+  // not be deferred. Every program entry point above starts with it:
+  // deferrals (TryDefer) with kReturned, the others kQueued.
   void ApplyPageChanges(DrainScope scope = DrainScope::kQueued);
 
   // A copy is about to move host memory [lo, hi) through the driver, which
@@ -394,6 +394,8 @@ class Pool {
   int DropWhere(absl::FunctionRef<bool(const Entry&)> matches, bool forget_in_use)
       ABSL_LOCKS_EXCLUDED(mu_);
   void EndInflight(Range range) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether the watch reported a change of the in-flight `range`'s pages.
+  bool InflightLeftLocked(Range range) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The exact-hit check and its effect; null if no hit.
   const Entry* HitLocked(const RegisterRequest& req) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Defers the in-use entry based at `ptr` if it is poolable; false otherwise.
@@ -446,7 +448,13 @@ class Pool {
   // Program calls on their way to the driver (page ranges): a call on an
   // overlapping range waits, as the driver orders them, so that none acts on
   // a state the driver no longer has. A handful at a time.
-  std::vector<Range> inflight_ ABSL_GUARDED_BY(mu_);
+  // `left`: the watch reported a change of these pages meanwhile (the entry
+  // the call makes, if any, has left: Register marks it so, AutoPin drops it).
+  struct Inflight {
+    uintptr_t lo, hi;
+    bool left;
+  };
+  std::vector<Inflight> inflight_ ABSL_GUARDED_BY(mu_);
   size_t evicting_ ABSL_GUARDED_BY(mu_) = 0;  // entries in kEvicting: with inflight_ empty, all is quiet
   PoolCounters counters_ ABSL_GUARDED_BY(mu_);
   Queried queried_[16] ABSL_GUARDED_BY(mu_);

@@ -105,13 +105,6 @@ void RangeLeaving(const void* addr, size_t len, EvictReason reason) {
 
 // A memory call that acts on the range without releasing it: a block the
 // program freed with cudaFreeHost and the cache keeps there is freed first.
-// The kernel placed a new mapping at [addr, addr + len) without being asked
-// to replace one: whatever was mapped there left by a path no hook saw (a
-// raw munmap, whose kernel watch event the reader may not have read yet, as
-// hits do not read it: MemWatch::DrainReturned). A registration lazypin
-// knows of there is stale: gone now, as the watch would have made it.
-void MappedAt(const void* addr, size_t len) { RangeLeaving(addr, len, EvictReason::kWatch); }
-
 void RangeTouching(const void* addr, size_t len, EvictReason reason) {
   if (len == 0) return;
   if (const MemoryGuard* guard = Guard()) {
@@ -254,12 +247,10 @@ LAZYPIN_EXPORT void* mremap(void* old_addr, size_t old_size, size_t new_size, in
     RangeLeaving(new_addr, new_size, EvictReason::kMremap);
   }
   RangeLeaving(old_addr, old_size, EvictReason::kMremap);
-  MremapFn real = g_mremap.Get(&real::Next, "mremap");
-  void* moved = real != nullptr ? real(old_addr, old_size, new_size, flags, new_addr)
-                                : reinterpret_cast<void*>(syscall(SYS_mremap, old_addr, old_size,
-                                                                  new_size, flags, new_addr));
-  if (moved != MAP_FAILED && moved != old_addr && !(flags & MREMAP_FIXED)) MappedAt(moved, new_size);
-  return moved;
+  if (MremapFn real = g_mremap.Get(&real::Next, "mremap")) {
+    return real(old_addr, old_size, new_size, flags, new_addr);
+  }
+  return reinterpret_cast<void*>(syscall(SYS_mremap, old_addr, old_size, new_size, flags, new_addr));
 }
 
 static void* MmapHook(real::Lazy<MmapFn>& lazy, const char* name, void* addr, size_t len,
@@ -281,12 +272,8 @@ static void* MmapHook(real::Lazy<MmapFn>& lazy, const char* name, void* addr, si
       g_alloc_gauge.load(std::memory_order_relaxed) != 0) {
     AnnounceAllocation(len);
   }
-  MmapFn real = lazy.Get(&real::Next, name);
-  void* mapped = real != nullptr ? real(addr, len, prot, flags, fd, offset)
-                                 : reinterpret_cast<void*>(syscall(SYS_mmap, addr, len, prot, flags,
-                                                                   fd, offset));
-  if (mapped != MAP_FAILED && !(flags & MAP_FIXED)) MappedAt(mapped, len);
-  return mapped;
+  if (MmapFn real = lazy.Get(&real::Next, name)) return real(addr, len, prot, flags, fd, offset);
+  return reinterpret_cast<void*>(syscall(SYS_mmap, addr, len, prot, flags, fd, offset));
 }
 
 LAZYPIN_EXPORT void* mmap(void* addr, size_t len, int prot, int flags, int fd, off_t offset) {

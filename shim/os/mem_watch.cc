@@ -17,7 +17,7 @@
 //     registered the freed address meanwhile).
 //  4. A full ring sets `overflow_` inside a pass, so B sees it and applies
 //     everything.
-//  5. DrainReturned (hits, deferrals) makes no read: Settled() says whether
+//  5. DrainReturned (deferrals) makes no read: Settled() says whether
 //     every event read so far is applied. An event E whose system call has
 //     returned was read inside a reader pass (pushed before `reading_` turns
 //     even) or by a Drain (`draining_` nonzero from before its read until

@@ -115,7 +115,8 @@ class MemWatch {
   // yet (their system call still in progress) are the reader thread's: it
   // reads them within microseconds, and the next Drain or DrainReturned
   // applies them. When everything read is applied: four loads, no system
-  // call, no lock. The hit and deferral path's drain.
+  // call, no lock. The deferral path's drain: a deferral hands nothing to the
+  // program, and whatever uses the entry later drains the queue first.
   void DrainReturned(absl::FunctionRef<void(uintptr_t lo, uintptr_t hi)> apply) {
     if (Settled()) return;
     DrainSlow(apply);

@@ -531,7 +531,9 @@ TEST_F(MemWatchTest, QueuedUnwatchNeverUndoesALaterWatch) {
     WatchPages(p, pages);
     watch_->Unwatch(Addr(p), Addr(p) + pages * kPage);  // queued
     usleep(round == 0 ? 20000 : 0);
-    if (round == 0) EXPECT_NE(watch_->WatchedRuns(), 0u) << "held: not made yet";
+    if (round == 0) {
+      EXPECT_NE(watch_->WatchedRuns(), 0u) << "held: not made yet";
+    }
     watch_->HoldUnwatches(false);
     WatchPages(p, pages);  // maybe while the unwatch thread makes the queued one
     ASSERT_EQ(syscall(SYS_madvise, p, kPage, MADV_DONTNEED), 0);
@@ -617,6 +619,40 @@ TEST_F(MemWatchTest, UnwatchedRangesSendNothing) {
   ASSERT_EQ(syscall(SYS_munmap, p, 4 * kPage), 0);
   EXPECT_TRUE(DrainOnce(*watch_).ranges.empty());
   EXPECT_EQ(watch_->Counters().events, 0u);
+}
+
+// A raw munmap of a watched range (no hook) races a raw mmap that takes the
+// freed address at once, as another thread's allocator would. The hit path
+// drains the whole queue (Drain, not DrainReturned) so that the unmap's
+// event is applied before the new mapping's memory is registered. The kernel
+// queues the event right after the address is freed; a mapping that won
+// that window would go unseen, and this test counts how often it does.
+TEST_F(MemWatchTest, AMappingAtAnAddressARawMunmapFreedFindsItsEventQueued) {
+  constexpr int kRounds = 500;
+  int missed = 0;
+  for (int i = 0; i < kRounds; ++i) {
+    char* p = MapAnon(2);
+    ASSERT_TRUE(watch_->Watch(Addr(p), Addr(p) + 2 * kPage));
+    std::atomic<bool> go{false};
+    std::thread unmapper([&] {
+      while (!go.load()) {}
+      syscall(SYS_munmap, p, 2 * kPage);
+    });
+    go.store(true);
+    while (syscall(SYS_mmap, p, 2 * kPage, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) != static_cast<long>(Addr(p))) {
+    }
+    bool applied = false;
+    watch_->Drain([&](uintptr_t lo, uintptr_t hi) {
+      if (lo <= Addr(p) && hi >= Addr(p) + 2 * kPage) applied = true;
+    });
+    if (!applied) ++missed;
+    unmapper.join();
+    DrainOnce(*watch_);
+    watch_->Unwatch(Addr(p), Addr(p) + 2 * kPage);
+    munmap(p, 2 * kPage);
+  }
+  EXPECT_EQ(missed, 0) << "of " << kRounds << " rounds";
 }
 
 }  // namespace

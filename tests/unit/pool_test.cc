@@ -630,14 +630,11 @@ TEST(PoolNamesTest, EveryReasonAndActionHasItsLogName) {
 // collector's Drain took the watch's event and unregisters (slowly); the
 // copy's own Drain then finds nothing, but the driver still holds that
 // registration until the unregister returns.
-class SlowUnregisterDriver final : public PoolDriver {
+// A driver whose watch reports the changes a test queues (Change), as the
+// kernel's queue does: whichever thread drains next applies them.
+class QueuedChangesDriver : public PoolDriver {
  public:
-  int Unregister(uintptr_t ptr, Context, ReleaseWait*) override {
-    entered.store(true);
-    while (!release.load()) std::this_thread::yield();
-    done.store(true);
-    return model.Unregister(ptr);
-  }
+  int Unregister(uintptr_t ptr, Context, ReleaseWait*) override { return model.Unregister(ptr); }
   bool ReadFrames(uintptr_t, size_t, std::vector<uint64_t>*) override { return false; }
   int64_t NowNs() override { return 0; }
   void DrainChanges(DrainScope, absl::FunctionRef<void(uintptr_t, uintptr_t)> changed) override {
@@ -648,9 +645,23 @@ class SlowUnregisterDriver final : public PoolDriver {
     }
     for (auto [lo, hi] : taken) changed(lo, hi);
   }
+  void Change(uintptr_t lo, uintptr_t hi) {
+    std::lock_guard<std::mutex> lock(mu);
+    changes.push_back({lo, hi});
+  }
   DriverModel model;
   std::mutex mu;
   std::vector<std::pair<uintptr_t, uintptr_t>> changes;
+};
+
+class SlowUnregisterDriver final : public QueuedChangesDriver {
+ public:
+  int Unregister(uintptr_t ptr, Context, ReleaseWait*) override {
+    entered.store(true);
+    while (!release.load()) std::this_thread::yield();
+    done.store(true);
+    return model.Unregister(ptr);
+  }
   std::atomic<bool> entered{false}, release{false}, done{false};
 };
 
@@ -661,10 +672,7 @@ TEST(PoolCopyTest, ACopyWaitsForAnEvictionOfItsMemoryInProgress) {
   const RegisterRequest req{kA, 4 * kPage, 0, kCtx1, 0};
   ASSERT_EQ(pool.Register(req, [&] { return driver.model.Register(kA, 4 * kPage, 0, kCtx1); }).result, 0);
   ASSERT_EQ(pool.Unregister(kA, [&] { return driver.model.Unregister(kA); }).action, Action::kDeferred);
-  {
-    std::lock_guard<std::mutex> lock(driver.mu);
-    driver.changes.push_back({kA + kPage, kA + 2 * kPage});  // a raw munmap, say
-  }
+  driver.Change(kA + kPage, kA + 2 * kPage);  // a raw munmap, say
   std::thread collector([&] { pool.ApplyPageChanges(); });
   while (!driver.entered.load()) std::this_thread::yield();
   std::atomic<bool> copied{false};
@@ -680,6 +688,49 @@ TEST(PoolCopyTest, ACopyWaitsForAnEvictionOfItsMemoryInProgress) {
   collector.join();
   EXPECT_TRUE(copied.load());
   EXPECT_EQ(observer.evicts, std::vector<std::string>{"watch 0x100000 0"});
+}
+
+// The pages of a range leave (a raw munmap) while the driver registers it,
+// and another thread's drain (the collector's) applies the watch's event
+// before the entry exists: the event is noted on the call, so the entry it
+// makes has left and is never deferred nor hit.
+TEST(PoolCopyTest, AnUnmapAppliedWhileARegisterIsInFlightIsNotLost) {
+  QueuedChangesDriver driver;
+  FakeObserver observer;
+  Pool pool(&driver, &observer, DefaultPoolLimits());
+  const RegisterRequest req{kA, 4 * kPage, 0, kCtx1, 0};
+  ASSERT_EQ(pool.Register(req, [&] {
+              const int r = driver.model.Register(kA, 4 * kPage, 0, kCtx1);
+              driver.Change(kA, kA + 4 * kPage);
+              std::thread collector([&] { pool.ApplyPageChanges(); });
+              collector.join();
+              return r;
+            }).result, 0);
+  const Outcome un = pool.Unregister(kA, [&] { return driver.model.Unregister(kA); });
+  EXPECT_EQ(un.action, Action::kPassthrough);
+  EXPECT_EQ(un.reason, PassReason::kLeft);
+  EXPECT_EQ(un.result, 0);
+  EXPECT_EQ(driver.model.Find(kA), nullptr);
+  EXPECT_FALSE(pool.TryHit(req).has_value());
+}
+
+// The same for a copy's auto-pin: the registration it made is released at once.
+TEST(PoolCopyTest, AnUnmapAppliedWhileAnAutoPinIsInFlightReleasesIt) {
+  QueuedChangesDriver driver;
+  FakeObserver observer;
+  Pool pool(&driver, &observer, DefaultPoolLimits());
+  const RegisterRequest req{kA, 4 * kPage, 0, kCtx1, 0};
+  const AutoPinOutcome out = pool.AutoPin(req, ~uint64_t{0}, [] { return true; }, [&] {
+    const int r = driver.model.Register(kA, 4 * kPage, 0, kCtx1);
+    driver.Change(kA, kA + 4 * kPage);
+    std::thread collector([&] { pool.ApplyPageChanges(); });
+    collector.join();
+    return r;
+  });
+  ASSERT_EQ(out.result, AutoPinResult::kPinned);
+  EXPECT_EQ(driver.model.Find(kA), nullptr);
+  EXPECT_EQ(observer.evicts, std::vector<std::string>{"watch 0x100000 0"});
+  EXPECT_FALSE(pool.TryHit(req).has_value());
 }
 
 }  // namespace lazypin
