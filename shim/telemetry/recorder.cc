@@ -55,15 +55,17 @@ int Recorder::StackOf(Action action, uint64_t what, const ProgramCall& call) {
   //    depth share the first one's stack: a full unwind would tell them
   //    apart, at 2-4 us a call). A first registration of each new buffer
   //    from a known line is then not unwound;
-  //  - in a process with a Python interpreter, the call's address and size:
-  //    there the native caller is the interpreter's (ctypes, libffi) for
+  //  - else the call's address and size: in a process with a Python
+  //    interpreter, whose native caller (ctypes, libffi) is the same for
   //    every Python line, so the caller would merge the lines that a stack
-  //    tells apart by its Python frame (pyframe.h); also when the caller is
-  //    not known.
+  //    tells apart by its Python frame (pyframe.h); for a driver entry point
+  //    that cuGetProcAddress handed out, whose caller is the runtime (cudart,
+  //    statically linked into the program by default) for every line of the
+  //    program; and when the caller is not known.
   uint64_t key = 0;
   if (config_.stacks != StackMode::kAll) {
     if (action == Action::kHit || action == Action::kDeferred) return 0;
-    if (call.caller.pc != 0 && !PythonFramePossible()) {
+    if (call.caller.pc != 0 && call.via != Via::kGetProc && !PythonFramePossible()) {
       key = ((what * 0x9e3779b97f4a7c15u) ^ (call.caller.pc * 0xff51afd7ed558ccdu) ^
              (call.caller.frame * 0xc4ceb9fe1a85ec53u)) | 1;
     } else {

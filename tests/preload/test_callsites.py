@@ -155,6 +155,17 @@ class NativeSiteTest(AppTestCase):
         # The report shows the same sites with the same calls.
         self.assertEqual(one.sites, every.sites)
 
+    def test_the_getproc_door_is_keyed_by_address_and_size(self):
+        # A driver entry point from cuGetProcAddress is called by the runtime
+        # (static cudart) for every line of the program: its caller names none.
+        run = self.run_app([app("path_getproc")])
+        self.assertEqual(run.rc, 0, run.err)
+        cs = calls(run.records)
+        self.assertEqual({r["via"] for r in cs}, {"getproc"})
+        keys = {(r["api"], r.get("flags"), r["ptr"], r.get("bytes")) for r in cs}
+        self.assertLess(len(keys), len(cs))
+        self.assertEqual(run.records[-1]["stacks"]["unwound"], len(keys))
+
     def test_no_stacks_no_counts(self):
         run = self.sites("0")
         self.assertNotIn("stacks", run.records[-1])
