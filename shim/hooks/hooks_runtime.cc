@@ -1,7 +1,8 @@
 // hooks_runtime: cudaHostRegister and cudaHostUnregister, and the pinned host
 // allocations cudaHostAlloc, cudaMallocHost and cudaFreeHost, exported
 // (dynamic cudart, PyTorch) and handed out by our dlsym (ctypes), one copy
-// per door. Each is one call into Dispatch::Runtime (HostRuntime), which
+// per door. Each takes its caller (dispatch.h's Caller, for the call-site
+// cache) and is one call into Dispatch::Runtime (HostRuntime), which
 // takes pool hits and deferrals itself and otherwise calls cudart, whose
 // driver calls reach hooks_driver beneath.
 #include <string.h>
@@ -83,8 +84,9 @@ cudaError_t CallFreeHost(Caller caller, void* ptr) {
       {Api::kCudaFreeHost, V, ptr, 0, 0, caller}, nullptr, [&] { return static_cast<int>(real(ptr)); }));
 }
 
-// What dlsym and cuGetProcAddress hand out: each takes its caller here, in
-// the function the program called, and passes it down.
+// The per-door copies RuntimeHookOf hands out: each takes its caller here, in
+// the function the program called, and passes it down (as the exported
+// functions at the end of this file do).
 template <Via V>
 cudaError_t HookRegister(void* ptr, size_t bytes, unsigned int flags) {
   return CallRegister<V>(LAZYPIN_CALLER(), ptr, bytes, flags);
