@@ -17,7 +17,7 @@
 //  - BM_Defer/<bytes>: the unregister after it, deferred (defer) or real;
 //  - BM_Miss/<bytes>: a first register of a buffer in a mapping of many,
 //    each registered once (testapps/many's pattern), then unregistered
-//    outside the timing;
+//    outside the timing; no two at the same address;
 //  - BM_ForkPooled/<bytes>: fork() (the parent's side; the child exits at
 //    once) after the program registered and unregistered <bytes>: under
 //    defer the pool releases it first;
@@ -120,13 +120,21 @@ void BM_Miss(benchmark::State& state) {
   SetUp();
   const size_t bytes = static_cast<size_t>(state.range(0));
   constexpr size_t kBuffers = 256;
+  // A fresh mapping usually lands where the last one was: its buffers start
+  // `shift` pages in, one more each time (up to 63), so that no buffer has
+  // the address of an earlier one (a new buffer to anything keyed by address).
+  constexpr size_t kShifts = 64;
+  static size_t shift = 0;
+  const size_t map_bytes = kBuffers * bytes + kShifts * 4096;
+  unsigned char* map = nullptr;
   unsigned char* area = nullptr;
   size_t next = kBuffers;
   for (auto _ : state) {
     if (next == kBuffers) {  // a fresh mapping: nothing of it registered or pooled
       state.PauseTiming();
-      if (area != nullptr) munmap(area, kBuffers * bytes);
-      area = Map(kBuffers * bytes);
+      if (map != nullptr) munmap(map, map_bytes);
+      map = Map(map_bytes);
+      area = map + (shift++ % kShifts) * 4096;
       Stamp(area, kBuffers * bytes, 1);
       next = 0;
       state.ResumeTiming();
@@ -138,7 +146,7 @@ void BM_Miss(benchmark::State& state) {
     Check(e, "register");
     Check(cudaHostUnregister(buf), "unregister");
   }
-  if (area != nullptr) munmap(area, kBuffers * bytes);
+  if (map != nullptr) munmap(map, map_bytes);
 }
 
 void BM_ForkPooled(benchmark::State& state) {

@@ -25,6 +25,19 @@ namespace lazypin {
 
 class HostAllocCache;
 
+// Where a program call came from, as the hooked function the program called
+// saw it (LAZYPIN_CALLER in that function, never in a helper beneath it):
+// `pc` its return address, `frame` its frame address, a fixed distance from
+// the caller's stack pointer at the call. Both 0: not known. The call-site
+// cache keys a stack by them (Recorder::StackOf).
+struct Caller {
+  uintptr_t pc = 0;
+  uintptr_t frame = 0;
+};
+#define LAZYPIN_CALLER()                                                      \
+  ::lazypin::Caller{reinterpret_cast<uintptr_t>(__builtin_return_address(0)), \
+                    reinterpret_cast<uintptr_t>(__builtin_frame_address(0))}
+
 // One program call as the hook saw it. `bytes` and `flags` are 0 for
 // unregisters and frees; for a host allocation, `ptr` is the block returned
 // (null until then, and when it failed).
@@ -34,6 +47,7 @@ struct ProgramCall {
   void* ptr;
   size_t bytes;
   unsigned flags;
+  Caller caller = {};
 };
 
 // What a call came to, for the log and the statistics.

@@ -71,6 +71,9 @@ using namespace lazypin;  // NOLINT: the hooks below are C symbols
 // defines the three copies Hook_NAME<Via>, each with its own real-function slot
 // (resolved by RESOLVE for the symbol door, offered by dlsym or the getter for
 // the others), and exports NAME itself. Each parameter is written once.
+// RECORDED_HOOK: the same for a call the log records, whose body also has
+// `caller` (dispatch.h's Caller), taken in Hook_NAME and in NAME, the
+// functions the program calls; HOOK's `caller` is empty (no frame pointer forced).
 #define LP_PARAM(type, name) type name
 #define LP_ARG(type, name) name
 #define LP_TYPE(type, name) type
@@ -88,19 +91,23 @@ using namespace lazypin;  // NOLINT: the hooks below are C symbols
   LP_PICK(__VA_ARGS__, LP_MAP9, LP_MAP8, LP_MAP7, LP_MAP6, LP_MAP5, LP_MAP4, LP_MAP3, \
           LP_MAP2, LP_MAP1)(m, __VA_ARGS__)
 
-#define HOOK(NAME, RET, RESOLVE, ...)                                                   \
+#define HOOK_WITH(CALLER, NAME, RET, RESOLVE, ...)                                      \
   using Fn_##NAME = RET (*)(LP_MAP(LP_TYPE, __VA_ARGS__));                              \
   static real::Lazy<Fn_##NAME> slot_##NAME[kViaCount];                                        \
   template <Via V>                                                                      \
-  RET Body_##NAME(Fn_##NAME real, LP_MAP(LP_PARAM, __VA_ARGS__));                       \
+  RET Body_##NAME(Fn_##NAME real, Caller caller, LP_MAP(LP_PARAM, __VA_ARGS__));        \
   template <Via V>                                                                      \
-  RET Hook_##NAME(LP_MAP(LP_PARAM, __VA_ARGS__)) {                                      \
+  RET Enter_##NAME(Caller caller, LP_MAP(LP_PARAM, __VA_ARGS__)) {                      \
     Fn_##NAME real = slot_##NAME[static_cast<int>(V)].Get(&RESOLVE, #NAME);             \
     if (real == nullptr) return static_cast<RET>(CUDA_ERROR_NOT_INITIALIZED);           \
-    return Body_##NAME<V>(real, LP_MAP(LP_ARG, __VA_ARGS__));                           \
+    return Body_##NAME<V>(real, caller, LP_MAP(LP_ARG, __VA_ARGS__));                   \
+  }                                                                                     \
+  template <Via V>                                                                      \
+  RET Hook_##NAME(LP_MAP(LP_PARAM, __VA_ARGS__)) {                                      \
+    return Enter_##NAME<V>(CALLER, LP_MAP(LP_ARG, __VA_ARGS__));                        \
   }                                                                                     \
   LAZYPIN_EXPORT RET NAME(LP_MAP(LP_PARAM, __VA_ARGS__)) {                              \
-    return Hook_##NAME<Via::kSymbol>(LP_MAP(LP_ARG, __VA_ARGS__));                      \
+    return Enter_##NAME<Via::kSymbol>(CALLER, LP_MAP(LP_ARG, __VA_ARGS__));             \
   }                                                                                     \
   static void* HookOf_##NAME(Via via) {                                                  \
     switch (via) {                                                                      \
@@ -114,7 +121,9 @@ using namespace lazypin;  // NOLINT: the hooks below are C symbols
     return via != Via::kSymbol && slot_##NAME[static_cast<int>(via)].Offer(fn);         \
   }                                                                                     \
   template <Via V>                                                                      \
-  RET Body_##NAME(Fn_##NAME real, LP_MAP(LP_PARAM, __VA_ARGS__))
+  RET Body_##NAME(Fn_##NAME real, [[maybe_unused]] Caller caller, LP_MAP(LP_PARAM, __VA_ARGS__))
+#define HOOK(...) HOOK_WITH(Caller{}, __VA_ARGS__)
+#define RECORDED_HOOK(...) HOOK_WITH(LAZYPIN_CALLER(), __VA_ARGS__)
 
 // The dispatch when lazypin is active and this is not lazypin's own call; else null.
 static Dispatch* ActiveDispatch() { return t_state.inside ? nullptr : ActiveState()->dispatch; }
@@ -125,51 +134,51 @@ static Dispatch* PublishedDispatch() {
 }
 
 // ---- registration ----------------------------------------------------------
-HOOK(cuMemHostRegister, CUresult, DriverSymbol, (void*, p), (size_t, bytes), (unsigned int, flags)) {
+RECORDED_HOOK(cuMemHostRegister, CUresult, DriverSymbol, (void*, p), (size_t, bytes), (unsigned int, flags)) {
   Dispatch* dispatch = ActiveDispatch();
   if (dispatch == nullptr) return real(p, bytes, flags);
-  return static_cast<CUresult>(dispatch->Driver({Api::kCuMemHostRegister, V, p, bytes, flags},
+  return static_cast<CUresult>(dispatch->Driver({Api::kCuMemHostRegister, V, p, bytes, flags, caller},
                                                 [&] { return int{real(p, bytes, flags)}; }));
 }
 
-HOOK(cuMemHostRegister_v2, CUresult, DriverSymbol, (void*, p), (size_t, bytes),
+RECORDED_HOOK(cuMemHostRegister_v2, CUresult, DriverSymbol, (void*, p), (size_t, bytes),
      (unsigned int, flags)) {
   Dispatch* dispatch = ActiveDispatch();
   if (dispatch == nullptr) return real(p, bytes, flags);
-  return static_cast<CUresult>(dispatch->Driver({Api::kCuMemHostRegisterV2, V, p, bytes, flags},
+  return static_cast<CUresult>(dispatch->Driver({Api::kCuMemHostRegisterV2, V, p, bytes, flags, caller},
                                                 [&] { return int{real(p, bytes, flags)}; }));
 }
 
-HOOK(cuMemHostUnregister, CUresult, DriverSymbol, (void*, p)) {
+RECORDED_HOOK(cuMemHostUnregister, CUresult, DriverSymbol, (void*, p)) {
   Dispatch* dispatch = ActiveDispatch();
   if (dispatch == nullptr) return real(p);
   return static_cast<CUresult>(
-      dispatch->Driver({Api::kCuMemHostUnregister, V, p, 0, 0}, [&] { return int{real(p)}; }));
+      dispatch->Driver({Api::kCuMemHostUnregister, V, p, 0, 0, caller}, [&] { return int{real(p)}; }));
 }
 
 // ---- pinned host allocations: the host-allocation cache (host_alloc_cache.h)
 #define HOST_ALLOC_HOOK(NAME, API, SIZE_TYPE)                                               \
-  HOOK(NAME, CUresult, DriverSymbol, (void**, pp), (SIZE_TYPE, bytes)) {                    \
+  RECORDED_HOOK(NAME, CUresult, DriverSymbol, (void**, pp), (SIZE_TYPE, bytes)) {           \
     Dispatch* dispatch = ActiveDispatch();                                                  \
     if (dispatch == nullptr) return real(pp, bytes);                                        \
-    return static_cast<CUresult>(dispatch->HostDriver({API, V, nullptr, bytes, 0}, pp,      \
+    return static_cast<CUresult>(dispatch->HostDriver({API, V, nullptr, bytes, 0, caller}, pp, \
                                                       [&] { return int{real(pp, bytes)}; })); \
   }
 HOST_ALLOC_HOOK(cuMemAllocHost, Api::kCuMemAllocHost, unsigned int)
 HOST_ALLOC_HOOK(cuMemAllocHost_v2, Api::kCuMemAllocHostV2, size_t)
 
-HOOK(cuMemHostAlloc, CUresult, DriverSymbol, (void**, pp), (size_t, bytes), (unsigned int, flags)) {
+RECORDED_HOOK(cuMemHostAlloc, CUresult, DriverSymbol, (void**, pp), (size_t, bytes), (unsigned int, flags)) {
   Dispatch* dispatch = ActiveDispatch();
   if (dispatch == nullptr) return real(pp, bytes, flags);
-  return static_cast<CUresult>(dispatch->HostDriver({Api::kCuMemHostAlloc, V, nullptr, bytes, flags},
+  return static_cast<CUresult>(dispatch->HostDriver({Api::kCuMemHostAlloc, V, nullptr, bytes, flags, caller},
                                                     pp, [&] { return int{real(pp, bytes, flags)}; }));
 }
 
-HOOK(cuMemFreeHost, CUresult, DriverSymbol, (void*, p)) {
+RECORDED_HOOK(cuMemFreeHost, CUresult, DriverSymbol, (void*, p)) {
   Dispatch* dispatch = ActiveDispatch();
   if (dispatch == nullptr) return real(p);
   return static_cast<CUresult>(
-      dispatch->HostDriver({Api::kCuMemFreeHost, V, p, 0, 0}, nullptr, [&] { return int{real(p)}; }));
+      dispatch->HostDriver({Api::kCuMemFreeHost, V, p, 0, 0, caller}, nullptr, [&] { return int{real(p)}; }));
 }
 
 // ---- context teardown: the driver drops that context's registrations --------

@@ -1,7 +1,8 @@
 // hooks_runtime: cudaHostRegister and cudaHostUnregister, and the pinned host
 // allocations cudaHostAlloc, cudaMallocHost and cudaFreeHost, exported
 // (dynamic cudart, PyTorch) and handed out by our dlsym (ctypes), one copy
-// per door. Each is one call into Dispatch::Runtime (HostRuntime), which
+// per door. Each takes its caller (dispatch.h's Caller, for the call-site
+// cache) and is one call into Dispatch::Runtime (HostRuntime), which
 // takes pool hits and deferrals itself and otherwise calls cudart, whose
 // driver calls reach hooks_driver beneath.
 #include <string.h>
@@ -33,54 +34,82 @@ real::Lazy<FreeHostFn> g_free_host[kViaCount];
 Dispatch* ActiveDispatch() { return t_state.inside ? nullptr : ActiveState()->dispatch; }
 
 template <Via V>
-cudaError_t HookRegister(void* ptr, size_t bytes, unsigned int flags) {
+cudaError_t CallRegister(Caller caller, void* ptr, size_t bytes, unsigned int flags) {
   RegisterFn real = g_register[static_cast<int>(V)].Get(&real::Runtime, "cudaHostRegister");
   if (real == nullptr) return cudaErrorUnknown;
   Dispatch* dispatch = ActiveDispatch();
   if (dispatch == nullptr) return real(ptr, bytes, flags);
   return static_cast<cudaError_t>(dispatch->Runtime(
-      {Api::kCudaHostRegister, V, ptr, bytes, flags}, [&] { return static_cast<int>(real(ptr, bytes, flags)); }));
+      {Api::kCudaHostRegister, V, ptr, bytes, flags, caller}, [&] { return static_cast<int>(real(ptr, bytes, flags)); }));
 }
 
 template <Via V>
-cudaError_t HookUnregister(void* ptr) {
+cudaError_t CallUnregister(Caller caller, void* ptr) {
   UnregisterFn real = g_unregister[static_cast<int>(V)].Get(&real::Runtime, "cudaHostUnregister");
   if (real == nullptr) return cudaErrorUnknown;
   Dispatch* dispatch = ActiveDispatch();
   if (dispatch == nullptr) return real(ptr);
-  return static_cast<cudaError_t>(dispatch->Runtime({Api::kCudaHostUnregister, V, ptr, 0, 0},
+  return static_cast<cudaError_t>(dispatch->Runtime({Api::kCudaHostUnregister, V, ptr, 0, 0, caller},
                                                     [&] { return static_cast<int>(real(ptr)); }));
 }
 
 template <Via V>
-cudaError_t HookHostAlloc(void** p, size_t bytes, unsigned int flags) {
+cudaError_t CallHostAlloc(Caller caller, void** p, size_t bytes, unsigned int flags) {
   HostAllocFn real = g_host_alloc[static_cast<int>(V)].Get(&real::Runtime, "cudaHostAlloc");
   if (real == nullptr) return cudaErrorUnknown;
   Dispatch* dispatch = ActiveDispatch();
   if (dispatch == nullptr) return real(p, bytes, flags);
   return static_cast<cudaError_t>(dispatch->HostRuntime(
-      {Api::kCudaHostAlloc, V, nullptr, bytes, flags}, p,
+      {Api::kCudaHostAlloc, V, nullptr, bytes, flags, caller}, p,
       [&] { return static_cast<int>(real(p, bytes, flags)); }));
 }
 
 template <Via V>
-cudaError_t HookMallocHost(void** p, size_t bytes) {
+cudaError_t CallMallocHost(Caller caller, void** p, size_t bytes) {
   MallocHostFn real = g_malloc_host[static_cast<int>(V)].Get(&real::Runtime, "cudaMallocHost");
   if (real == nullptr) return cudaErrorUnknown;
   Dispatch* dispatch = ActiveDispatch();
   if (dispatch == nullptr) return real(p, bytes);
   return static_cast<cudaError_t>(dispatch->HostRuntime(
-      {Api::kCudaMallocHost, V, nullptr, bytes, 0}, p, [&] { return static_cast<int>(real(p, bytes)); }));
+      {Api::kCudaMallocHost, V, nullptr, bytes, 0, caller}, p, [&] { return static_cast<int>(real(p, bytes)); }));
 }
 
 template <Via V>
-cudaError_t HookFreeHost(void* ptr) {
+cudaError_t CallFreeHost(Caller caller, void* ptr) {
   FreeHostFn real = g_free_host[static_cast<int>(V)].Get(&real::Runtime, "cudaFreeHost");
   if (real == nullptr) return cudaErrorUnknown;
   Dispatch* dispatch = ActiveDispatch();
   if (dispatch == nullptr) return real(ptr);
   return static_cast<cudaError_t>(dispatch->HostRuntime(
-      {Api::kCudaFreeHost, V, ptr, 0, 0}, nullptr, [&] { return static_cast<int>(real(ptr)); }));
+      {Api::kCudaFreeHost, V, ptr, 0, 0, caller}, nullptr, [&] { return static_cast<int>(real(ptr)); }));
+}
+
+// The per-door copies RuntimeHookOf hands out: each takes its caller here, in
+// the function the program called, and passes it down (as the exported
+// functions at the end of this file do).
+template <Via V>
+cudaError_t HookRegister(void* ptr, size_t bytes, unsigned int flags) {
+  return CallRegister<V>(LAZYPIN_CALLER(), ptr, bytes, flags);
+}
+
+template <Via V>
+cudaError_t HookUnregister(void* ptr) {
+  return CallUnregister<V>(LAZYPIN_CALLER(), ptr);
+}
+
+template <Via V>
+cudaError_t HookHostAlloc(void** p, size_t bytes, unsigned int flags) {
+  return CallHostAlloc<V>(LAZYPIN_CALLER(), p, bytes, flags);
+}
+
+template <Via V>
+cudaError_t HookMallocHost(void** p, size_t bytes) {
+  return CallMallocHost<V>(LAZYPIN_CALLER(), p, bytes);
+}
+
+template <Via V>
+cudaError_t HookFreeHost(void* ptr) {
+  return CallFreeHost<V>(LAZYPIN_CALLER(), ptr);
 }
 
 // The runtime entry points, by name: each door's hook and real-function slots.
@@ -137,21 +166,21 @@ bool OfferRuntimeReal(const char* name, Via via, void* fn) {
 }  // namespace lazypin
 
 LAZYPIN_EXPORT cudaError_t cudaHostRegister(void* ptr, size_t bytes, unsigned int flags) {
-  return lazypin::HookRegister<lazypin::Via::kSymbol>(ptr, bytes, flags);
+  return lazypin::CallRegister<lazypin::Via::kSymbol>(LAZYPIN_CALLER(), ptr, bytes, flags);
 }
 
 LAZYPIN_EXPORT cudaError_t cudaHostUnregister(void* ptr) {
-  return lazypin::HookUnregister<lazypin::Via::kSymbol>(ptr);
+  return lazypin::CallUnregister<lazypin::Via::kSymbol>(LAZYPIN_CALLER(), ptr);
 }
 
 LAZYPIN_EXPORT cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int flags) {
-  return lazypin::HookHostAlloc<lazypin::Via::kSymbol>(p, bytes, flags);
+  return lazypin::CallHostAlloc<lazypin::Via::kSymbol>(LAZYPIN_CALLER(), p, bytes, flags);
 }
 
 LAZYPIN_EXPORT cudaError_t cudaMallocHost(void** p, size_t bytes) {
-  return lazypin::HookMallocHost<lazypin::Via::kSymbol>(p, bytes);
+  return lazypin::CallMallocHost<lazypin::Via::kSymbol>(LAZYPIN_CALLER(), p, bytes);
 }
 
 LAZYPIN_EXPORT cudaError_t cudaFreeHost(void* ptr) {
-  return lazypin::HookFreeHost<lazypin::Via::kSymbol>(ptr);
+  return lazypin::CallFreeHost<lazypin::Via::kSymbol>(LAZYPIN_CALLER(), ptr);
 }

@@ -103,21 +103,30 @@ std::pair<uintptr_t, uintptr_t> CallSites::ObjectRange(const void* address) {
 int CallSites::Capture(Emit emit) {
   uintptr_t frames[kMaxFrames];
   const size_t count = CaptureFrames(frames, kMaxFrames, own_.first, own_.second);
+  unwound_.fetch_add(1, std::memory_order_relaxed);
   return Intern(frames, count, PythonFrame(), emit);
 }
 
 int CallSites::CaptureOnce(uint64_t key, Emit emit) {
+  // Two slots per key (a pair): two keys that alternate and share a slot,
+  // such as a wrapper's two callers, do not evict each other.
+  const size_t pair = ((key * 0x9e3779b97f4a7c15u) >> 52) & ~size_t{1};
   if (key != 0) {
     std::lock_guard<std::mutex> lock(mu_);
     if (keys_ != nullptr) {  // else every call captures (below, without the lock)
-      const KeySlot& slot = keys_[(key * 0x9e3779b97f4a7c15u) >> 52];
-      if (slot.key == key && slot.id != 0) return slot.id;
+      for (size_t i = pair; i < pair + 2; ++i) {
+        if (keys_[i].key == key && keys_[i].id != 0) return keys_[i].id;
+      }
     }
   }
   const int id = Capture(emit);
   if (key != 0 && id != 0) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (keys_ != nullptr) keys_[(key * 0x9e3779b97f4a7c15u) >> 52] = KeySlot{key, id};
+    if (keys_ != nullptr) {
+      // An empty slot of the pair, else the second (the first keeps the older key).
+      const size_t i = keys_[pair].key == 0 || keys_[pair].key == key ? pair : pair + 1;
+      keys_[i] = KeySlot{key, id};
+    }
   }
   return id;
 }

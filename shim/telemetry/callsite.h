@@ -64,14 +64,19 @@ class CallSites {
   std::string StackLine(int id) const;
 
 
-  // Capture() once per `key` (a call's API, address and size): a later call
-  // with the same key gets the id its first one got, without unwinding
-  // (about 100-250 ns a frame). A key's slot taken by another key captures
-  // again. `key` 0: always captures.
+  // Capture() once per `key` (the recorder's: a call's API with its caller,
+  // or with its address and size): a later call with the same key gets the
+  // id its first one got, without unwinding (about 100-250 ns a frame). A
+  // key's slot taken by another key captures again. `key` 0: always captures.
   int CaptureOnce(uint64_t key, Emit emit);
 
   // The same with frames (and a Python line, "" for none) the caller took.
   int Intern(const uintptr_t* frames, size_t count, std::string_view python, Emit emit);
+
+  // How many times a stack was walked (Capture, also inside CaptureOnce),
+  // and how many unique stacks have an id. Any thread, relaxed.
+  uint64_t unwound() const { return unwound_.load(std::memory_order_relaxed); }
+  size_t unique() const { return used_.load(std::memory_order_relaxed); }
 
   // The address range of the object that holds `address` (lazypin's own,
   // for the constructor); {0, 0} when none.
@@ -110,6 +115,7 @@ class CallSites {
   uint32_t* index_ ABSL_GUARDED_BY(mu_) = nullptr;
   Stack* stacks_ = nullptr;  // set by the constructor; a stack never changes once counted in used_
   std::atomic<size_t> used_{0};  // stacks added (written under mu_, read by StackLine without it)
+  std::atomic<uint64_t> unwound_{0};
   std::vector<Object> objects_ ABSL_GUARDED_BY(mu_);
   // The constructor's scan as an `objects` record, until the first stack emits it.
   std::string first_objects_line_ ABSL_GUARDED_BY(mu_);

@@ -14,6 +14,8 @@ namespace {
 
 using Object = void*;
 
+std::atomic<bool> g_possible{false};  // set once, by Api()'s first call
+
 // The stable C API functions used (present in CPython 3.9 and later).
 struct PythonApi {
   int (*is_initialized)();
@@ -60,6 +62,7 @@ const PythonApi* Api() {
                      get(&a.get_attr, "PyObject_GetAttrString") &&
                      get(&a.as_utf8, "PyUnicode_AsUTF8") && get(&a.dec_ref, "Py_DecRef") &&
                      get(&a.err_fetch, "PyErr_Fetch") && get(&a.err_restore, "PyErr_Restore");
+    g_possible.store(all, std::memory_order_relaxed);
     return all ? &a : nullptr;
   }();
   return api;
@@ -68,6 +71,8 @@ const PythonApi* Api() {
 }  // namespace
 
 void PreparePythonFrame() { Api(); }
+
+bool PythonFramePossible() { return g_possible.load(std::memory_order_relaxed); }
 
 std::string PythonFrame() {
   const PythonApi* py = Api();

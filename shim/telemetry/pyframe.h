@@ -25,4 +25,9 @@ std::string PythonFrame();
 // once per process: an interpreter loaded later is not seen.
 void PreparePythonFrame();
 
+// Whether PythonFrame may name a line in this process: an interpreter's API
+// was found (by PreparePythonFrame or the first PythonFrame; false before).
+// One relaxed load, any thread.
+bool PythonFramePossible();
+
 }  // namespace lazypin

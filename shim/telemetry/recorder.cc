@@ -9,6 +9,7 @@
 
 #include "fmt/format.h"
 #include "nvtx.h"
+#include "pyframe.h"
 #include "records.h"
 #include "thread_state.h"
 
@@ -43,15 +44,34 @@ bool Recorder::Start(std::function<std::vector<std::string>(const std::string& p
 
 void Recorder::CallStarts(const ProgramCall& call) { nvtx::CallBegins(call.api); }
 
-int Recorder::StackOf(Action action, uint64_t what, uintptr_t ptr, size_t bytes) {
+int Recorder::StackOf(Action action, uint64_t what, const ProgramCall& call) {
   if (!sites_ || t_state.own_thread) return 0;
   // LAZYPIN_STACKS=all: every call, unwound each time (key 0). Else the calls
   // that reached the driver only (a hit or a deferral costs about a
-  // microsecond, a stack more), each call shape unwound once.
+  // microsecond, a stack more), unwound once per key:
+  //  - natively, the call's caller: its return address, which names the line,
+  //    and its frame address, which tells apart the callers of one wrapper
+  //    that calls at different stack depths (callers of a wrapper at the same
+  //    depth share the first one's stack: a full unwind would tell them
+  //    apart, at 2-4 us a call). A first registration of each new buffer
+  //    from a known line is then not unwound;
+  //  - else the call's address and size: in a process with a Python
+  //    interpreter, whose native caller (ctypes, libffi) is the same for
+  //    every Python line, so the caller would merge the lines that a stack
+  //    tells apart by its Python frame (pyframe.h); for a driver entry point
+  //    that cuGetProcAddress handed out, whose caller is the runtime (cudart,
+  //    statically linked into the program by default) for every line of the
+  //    program; and when the caller is not known.
   uint64_t key = 0;
   if (config_.stacks != StackMode::kAll) {
     if (action == Action::kHit || action == Action::kDeferred) return 0;
-    key = ((what * 0x9e3779b97f4a7c15u) ^ (ptr * 0xff51afd7ed558ccdu) ^ bytes) | 1;
+    if (call.caller.pc != 0 && call.via != Via::kGetProc && !PythonFramePossible()) {
+      key = ((what * 0x9e3779b97f4a7c15u) ^ (call.caller.pc * 0xff51afd7ed558ccdu) ^
+             (call.caller.frame * 0xc4ceb9fe1a85ec53u)) | 1;
+    } else {
+      key = ((what * 0x9e3779b97f4a7c15u) ^ (reinterpret_cast<uintptr_t>(call.ptr) * 0xff51afd7ed558ccdu) ^
+             call.bytes) | 1;
+    }
   }
   return sites_->CaptureOnce(
       key, CallSites::Emit{[this](std::string&& line) { log_->Write(std::move(line)); },
@@ -66,8 +86,8 @@ int Recorder::StackOf(Action action, uint64_t what, uintptr_t ptr, size_t bytes)
 void Recorder::Record(const CallRecord& record) {
   nvtx::CallEnds(record.action, record.reason);
   // A new stack's lines go into the ring first, from this thread: before the record naming it.
-  const int stack = StackOf(record.action, static_cast<uint64_t>(record.call.api) << 8 | record.call.flags,
-                            reinterpret_cast<uintptr_t>(record.call.ptr), record.call.bytes);
+  const int stack =
+      StackOf(record.action, static_cast<uint64_t>(record.call.api) << 8 | record.call.flags, record.call);
   LogEntry entry;
   entry.kind = LogEntry::Kind::kCall;
   entry.api = static_cast<uint8_t>(record.call.api);
@@ -201,7 +221,12 @@ void Recorder::Finish(const PoolCounters& counters, bool deferring, const HostAl
   log_->Close([&] {
     const int64_t now = SinceStart();
     const std::string tally = log_cut_ ? tally_.Record(now, log_cut_ns_) + "\n" : "";
-    return tally + stats_.SummaryJson(counters, now, "exit", host, copies);
+    std::string summary = stats_.SummaryJson(counters, now, "exit", host, copies);
+    if (sites_ && !summary.empty() && summary.back() == '}') {  // one object: the stacks' counts go last
+      summary.insert(summary.size() - 1, fmt::format(R"(,"stacks":{{"unwound":{},"unique":{}}})",
+                                                     sites_->unwound(), sites_->unique()));
+    }
+    return tally + summary;
   });
   // No file: the writer said why on stderr when it could not create it.
   std::string log_note;

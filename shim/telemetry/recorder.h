@@ -69,9 +69,10 @@ class Recorder final : public PoolObserver, public HostAllocObserver, public Aut
   // The writer thread's formatter: counts the record, then formats it.
   void FormatEntry(const LogEntry& entry, std::string* line);
   // A program call's stack: 0 (none) unless LAZYPIN_STACKS asks for it.
-  // `what`, `ptr` and `bytes` name the call's shape: with LAZYPIN_STACKS=1
-  // each shape is unwound once (CallSites::CaptureOnce).
-  int StackOf(Action action, uint64_t what, uintptr_t ptr, size_t bytes);
+  // `what` is the call's API and flags: with LAZYPIN_STACKS=1 each (what,
+  // caller), or (what, address, size) where a Python line may be part of the
+  // stack, is unwound once (CallSites::CaptureOnce).
+  int StackOf(Action action, uint64_t what, const ProgramCall& call);
 
   const Config& config_;
   const int64_t start_mono_ns_;

@@ -2,7 +2,10 @@
 
 Call sites: each call record that reached the driver names a stack whose
 `stack` record (and the `objects` that hold its frames) came before it; no
-frame is lazypin's; the report ranks the sites by name. NVTX: with an
+frame is lazypin's; the report ranks the sites by name. A native call site
+that registers many buffers is unwound once (the summary's `stacks` counts),
+its calls given the stack each would get unwound alone; in a Python program,
+two lines are two sites. NVTX: with an
 injection library that records what it is given (nvtx_recorder.cc), every
 intercepted call is a balanced range in the "lazypin" domain and every pool
 action a marker.
@@ -30,14 +33,19 @@ def objects_of(records):
     return sorted(out)
 
 
-def object_of(objs, addr):
+def place_of(objs, addr):
+    """(path of the object holding addr, offset in it), or (None, addr)."""
     i = bisect.bisect_right([o[0] for o in objs], addr) - 1
     while i >= 0:
         base, size, path = objs[i]
         if base <= addr < base + size:
-            return path
+            return path, addr - base
         i -= 1
-    return None
+    return None, addr
+
+
+def object_of(objs, addr):
+    return place_of(objs, addr)[0]
 
 
 class CallSiteTest(AppTestCase):
@@ -96,6 +104,74 @@ class CallSiteTest(AppTestCase):
         self.assertNotIn("lazypin::", names)
 
 
+def frames_by_call(records):
+    """Each call record's stack as (object path, offset) frames, in order (None: no stack)."""
+    objs = objects_of(records)
+    stacks = {r["id"]: r for r in records if r["type"] == "stack"}
+    out = []
+    for r in calls(records):
+        st = stacks.get(r.get("stack"))
+        if st is None:
+            out.append(None)
+            continue
+        out.append((tuple(place_of(objs, int(f, 16)) for f in st["frames"]), st.get("python")))
+    return out
+
+
+class NativeSiteTest(AppTestCase):
+    """testapps/sites: N buffers from one line, N through one wrapper called
+    from two depths, N from two alternating lines, then two lines of main."""
+    N = 64
+
+    def sites(self, stacks):
+        run = self.run_app([app("sites"), "--buffers", str(self.N)], LAZYPIN_STACKS=stacks)
+        self.assertEqual(run.rc, 0, run.err)
+        self.assertEqual(run.records[-1]["type"], "summary")
+        rep = subprocess.run([sys.executable, os.path.join(SRC, "scripts", "lazypin"), "report",
+                              "--json", run.log], capture_output=True, text=True, timeout=120)
+        self.assertEqual(rep.returncode, 0, rep.stderr)
+        run.sites = sorted((s["frames"], s["calls"])
+                           for s in json.loads(rep.stdout)["call_sites"]["by_time"])
+        return run
+
+    def test_one_line_registering_many_buffers_is_unwound_once(self):
+        n = self.N
+        one, every = self.sites("1"), self.sites("all")
+        regs = [r for r in calls(one.records) if r["api"] == "cudaHostRegister"]
+        self.assertEqual(len(regs), 3 * n + 2)
+        ids = lambda rs: {r["stack"] for r in rs}  # noqa: E731
+        loop, shallow, deep = ids(regs[:n]), ids(regs[n:2 * n:2]), ids(regs[n + 1:2 * n:2])
+        first, second = ids(regs[2 * n:3 * n:2]), ids(regs[2 * n + 1:3 * n:2])
+        line_a, line_b = ids(regs[3 * n:3 * n + 1]), ids(regs[3 * n + 1:])
+        sets = [loop, shallow, deep, first, second, line_a, line_b]
+        self.assertEqual([len(s) for s in sets], [1] * 7, "each site one stack")
+        self.assertEqual(len(set.union(*sets)), 7, "and no two sites the same")
+        # Every call has the frames it has when each call is unwound.
+        self.assertEqual(frames_by_call(one.records), frames_by_call(every.records))
+        # Unwound once per site (the 7 above and the unregisters' loop), not once a call.
+        self.assertEqual(one.records[-1]["stacks"], {"unwound": 8, "unique": 8})
+        self.assertEqual(every.records[-1]["stacks"],
+                         {"unwound": len(calls(every.records)), "unique": 8})
+        # The report shows the same sites with the same calls.
+        self.assertEqual(one.sites, every.sites)
+
+    def test_the_getproc_door_is_keyed_by_address_and_size(self):
+        # A driver entry point from cuGetProcAddress is called by the runtime
+        # (static cudart) for every line of the program: its caller names none.
+        run = self.run_app([app("path_getproc")])
+        self.assertEqual(run.rc, 0, run.err)
+        cs = calls(run.records)
+        self.assertEqual({r["via"] for r in cs}, {"getproc"})
+        keys = {(r["api"], r.get("flags"), r["ptr"], r.get("bytes")) for r in cs}
+        self.assertLess(len(keys), len(cs))
+        self.assertEqual(run.records[-1]["stacks"]["unwound"], len(keys))
+
+    def test_no_stacks_no_counts(self):
+        run = self.sites("0")
+        self.assertNotIn("stacks", run.records[-1])
+        self.assertEqual(run.sites, [])
+
+
 PY_CLIENT = """\
 import ctypes, sys
 # PyDLL keeps the GIL held during the call (as CuPy's Cython does); CDLL releases it.
@@ -133,6 +209,33 @@ class PythonLineTest(AppTestCase):
         stacks, _ = self.run_client("released")
         self.assertTrue(stacks)
         self.assertFalse([r for r in stacks if "python" in r])
+
+
+PY_TWO_LINES = """\
+import ctypes
+lib = ctypes.PyDLL("libcudart.so.13")
+bufs = [ctypes.create_string_buffer(1 << 16) for _ in range(8)]
+for i in range(0, 8, 2):
+    assert lib.cudaHostRegister(bufs[i], 1 << 16, 0) == 0
+    assert lib.cudaHostRegister(bufs[i + 1], 1 << 16, 0) == 0
+for b in bufs:
+    assert lib.cudaHostUnregister(b) == 0
+print("OK")
+"""
+
+
+class PythonSiteTest(AppTestCase):
+    def test_two_python_lines_registering_different_buffers_are_two_sites(self):
+        script = os.path.join(self.dir, "two.py")
+        with open(script, "w") as f:
+            f.write(PY_TWO_LINES)
+        run = self.run_app([sys.executable, script], LAZYPIN_STACKS="1")
+        self.assertEqual(run.rc, 0, run.err)
+        self.assertEqual(run.out, "OK\n")
+        python = {r["id"]: r.get("python") for r in run.records if r["type"] == "stack"}
+        regs = [r for r in calls(run.records) if r["api"] == "cudaHostRegister"]
+        self.assertEqual([python[r["stack"]] for r in regs],
+                         ["%s:%d in <module>" % (script, 5 + i % 2) for i in range(8)])
 
 
 class NvtxTest(AppTestCase):

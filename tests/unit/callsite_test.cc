@@ -92,6 +92,24 @@ TEST(CallSitesTest, OneCaptureForEachCallShape) {
   EXPECT_NE(OnceHere(sites, out, 0), OnceThere(sites, out, 0));  // 0: every call unwound
 }
 
+TEST(CallSitesTest, TwoKeysOfOneSlotAlternatingAreEachUnwoundOnce) {
+  // Two keys that land in the same slot (as a wrapper's two callers may).
+  const auto slot = [](uint64_t k) { return (k * 0x9e3779b97f4a7c15u) >> 52; };
+  uint64_t other = 2;
+  while (slot(other) != slot(1)) ++other;
+  CallSites sites(nullptr);
+  Lines out(sites);
+  const int a = OnceHere(sites, out, 1);
+  const int b = OnceThere(sites, out, other);
+  ASSERT_NE(a, b);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(OnceThere(sites, out, 1), a);
+    EXPECT_EQ(OnceHere(sites, out, other), b);
+  }
+  EXPECT_EQ(sites.unwound(), 2u);
+  EXPECT_EQ(sites.unique(), 2u);
+}
+
 TEST(CallSitesTest, FramesAreReturnAddressesInnermostFirst) {
   uintptr_t frames[CallSites::kMaxFrames];
   const size_t n = CaptureFrames(frames, CallSites::kMaxFrames, 0, 0);
