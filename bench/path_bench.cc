@@ -6,7 +6,7 @@
 // LAZYPIN_MODE=defer, on the simulated stack (SIMCUDA_SLEEP=0 SIMCUDA_PIN=0)
 // or a GPU; the difference is lazypin's. From the build directory:
 //   LD_LIBRARY_PATH=$PWD/simcuda SIMCUDA_SLEEP=0 SIMCUDA_PIN=0 ./bench/path_bench
-//   LD_PRELOAD=$PWD/shim/liblazypin.so LAZYPIN_MODE=defer LAZYPIN_SUMMARY=0 \
+//   LD_PRELOAD=$PWD/shim/liblazypin.so LAZYPIN_MODE=defer LAZYPIN_SUMMARY=0
 //     LD_LIBRARY_PATH=$PWD/simcuda SIMCUDA_SLEEP=0 SIMCUDA_PIN=0 ./bench/path_bench
 // (--benchmark_repetitions=3 for spreads). PATH_BENCH_NO_STAMP=1 leaves the
 // pages alone between calls: the cache and TLB effect of the program's own

@@ -120,7 +120,9 @@ TEST_P(DispatchHostAllocTest, OneRecordPerRuntimeCallAndTheDecisionBeneath) {
   void* q = nullptr;
   ASSERT_EQ(RuntimeAlloc(&q, 1 << 20), 0);
   EXPECT_EQ(env_.records.back().action, Caching() ? Action::kHit : Action::kForward);
-  if (Caching()) EXPECT_EQ(q, p);  // (a fresh block may have the same address too)
+  if (Caching()) {
+    EXPECT_EQ(q, p);  // (a fresh block may have the same address too)
+  }
   EXPECT_EQ(driver_.program_calls, Caching() ? 1 : 3);
   EXPECT_EQ(env_.records.size(), 3u);
 }

@@ -70,7 +70,9 @@ TEST(GlibcChunkOf, ReadsWhatMallocUsableSizeGivesAndRejectsInteriorPointers) {
     const GlibcChunk c = GlibcChunkOf(p, page);
     EXPECT_EQ(c.usable, malloc_usable_size(p)) << n;
     EXPECT_TRUE(c.servable) << n;
-    if (c.mmapped) EXPECT_EQ((c.usable + 16) % page, 0u) << n;  // a mapping of whole pages
+    if (c.mmapped) {
+      EXPECT_EQ((c.usable + 16) % page, 0u) << n;  // a mapping of whole pages
+    }
     free(p);
   }
   void* aligned = memalign(page, size_t{1} << 20);
@@ -84,7 +86,9 @@ TEST(GlibcChunkOf, ReadsWhatMallocUsableSizeGivesAndRejectsInteriorPointers) {
   EXPECT_EQ(b.usable, malloc_usable_size(big));
   if (b.mmapped) {  // else from the heap: the 5 MiB free above raised the threshold
     size_t lead;
-    memcpy(&lead, static_cast<char*>(big) - 16, sizeof lead);
+    // The chunk header before the block (glibc's layout, read as GlibcChunkOf does).
+    const uintptr_t header = reinterpret_cast<uintptr_t>(big) - 16;
+    memcpy(&lead, reinterpret_cast<const void*>(header), sizeof lead);
     EXPECT_EQ(b.servable, lead == page - 16) << lead;
   }
   free(big);
