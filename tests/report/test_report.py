@@ -728,14 +728,18 @@ def bare_total(b):
     return sum(r["latency_ns"] for r in b.recs if r["type"] in ("call", "evict"))
 
 
-class TrueSavings(unittest.TestCase):
-    """Pairs of logs (bare, pooled) of the same program where the truth is known."""
+class InTempDir(unittest.TestCase):
+    """A test case with its own temporary directory, self.d."""
 
     def setUp(self):
-        self.d = tempfile.mkdtemp(prefix="lazypin-truth-")
+        self.d = tempfile.mkdtemp(prefix="lazypin-%s-" % type(self).__name__.lower())
 
     def tearDown(self):
         shutil.rmtree(self.d, ignore_errors=True)
+
+
+class TrueSavings(InTempDir):
+    """Pairs of logs (bare, pooled) of the same program where the truth is known."""
 
     def p(self, name):
         return os.path.join(self.d, name)
@@ -812,14 +816,8 @@ class TrueSavings(unittest.TestCase):
         self.assertEqual(s["saved_ns"], round(bare - (374000 + 174000)))
 
 
-class Advice(unittest.TestCase):
+class Advice(InTempDir):
     """One rule per finding; each test makes the finding and nothing else."""
-
-    def setUp(self):
-        self.d = tempfile.mkdtemp(prefix="lazypin-advice-")
-
-    def tearDown(self):
-        shutil.rmtree(self.d, ignore_errors=True)
 
     def advice(self, b):
         d = report_json(b.write(os.path.join(self.d, "x.jsonl")))
