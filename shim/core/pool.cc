@@ -43,12 +43,26 @@ bool Pool::InflightLeftLocked(Range range) const {
   return false;
 }
 
+void Pool::MarkInflightLeftLocked(uintptr_t lo, uintptr_t hi) {
+  for (Inflight& r : inflight_) {
+    if (r.bytes.lo < hi && r.bytes.hi > lo) r.left = true;
+  }
+}
+
+void Pool::BeginInflight(Range pages, Range bytes) {
+  inflight_.push_back(Inflight{pages.lo, pages.hi, bytes, false});
+  in_use_filter_.Add(bytes.lo, bytes.hi);
+  in_use_.fetch_add(1, std::memory_order_relaxed);
+}
+
 void Pool::EndInflight(Range range) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = inflight_.begin(); it != inflight_.end(); ++it) {
       if (it->lo == range.lo && it->hi == range.hi) {
+        in_use_filter_.Remove(it->bytes.lo, it->bytes.hi);
         inflight_.erase(it);
+        in_use_.fetch_sub(1, std::memory_order_relaxed);
         break;
       }
     }
@@ -280,11 +294,9 @@ void Pool::ApplyPageChanges(DrainScope scope) {
   std::vector<Victim> victims;
   driver_->DrainChanges(scope, [&](uintptr_t lo, uintptr_t hi) {
     std::lock_guard<std::mutex> lock(mu_);
-    // A registration on its way to the driver: its entry is made after the
-    // driver's answer, so the change is noted on the call (InflightLeftLocked).
-    for (Inflight& r : inflight_) {
-      if (r.lo < hi && r.hi > lo) r.left = true;
-    }
+    // A call on its way to the driver: the entry it makes or puts back is
+    // made after the driver's answer, so the change is noted on the call.
+    MarkInflightLeftLocked(lo, hi);
     for (auto it = FirstOverlap(lo); it != entries_.end() && it->first < hi; ++it) {
       Entry& e = it->second;
       if (e.state == State::kDeferred) TakeVictim(e, EvictReason::kWatch, &victims);
@@ -384,7 +396,7 @@ AutoPinOutcome Pool::AutoPin(const RegisterRequest& req, uint64_t max_auto_bytes
       return out;
     }
     // Until the driver answers, calls on this range wait (as in Register).
-    inflight_.push_back(Inflight{page_lo, page_hi, false});
+    BeginInflight(Range{page_lo, page_hi}, Range{lo, hi});
   }
   const Range page{page_lo, page_hi};
   if (!eligible() || driver_->Admit(lo, hi) != PassReason::kNone) {
@@ -495,7 +507,7 @@ Outcome Pool::Register(const RegisterRequest& req, absl::FunctionRef<int()> forw
     counters_.misses += 1;
     // Until the driver answers, calls on this range wait, as the driver would
     // order them, so that none acts on a state the driver no longer has.
-    inflight_.push_back(Inflight{page_lo, page_hi, false});
+    BeginInflight(Range{page_lo, page_hi}, Range{lo, hi});
   }
   // forward_only: the driver normally refuses (712); if it accepts, the
   // overlapping in-use entries were stale and the new one is recorded below.
@@ -589,7 +601,9 @@ Outcome Pool::Unregister(uintptr_t ptr, absl::FunctionRef<int()> forward, bool m
   std::vector<Victim> victims;
   Entry taken{};
   bool took = false;
-  const Range page{PageFloor(ptr), PageFloor(ptr) + PageSize()};
+  // The call's pages and bytes: the entry's it takes, else `ptr`'s.
+  Range call{PageFloor(ptr), PageFloor(ptr) + PageSize()};
+  Range call_bytes{ptr, ptr + 1};
   {
     std::unique_lock<std::mutex> lock(mu_);
     AwaitQuiet(lock, ptr, ptr + 1);
@@ -606,12 +620,14 @@ Outcome Pool::Unregister(uintptr_t ptr, absl::FunctionRef<int()> forward, bool m
       took = true;
       UntrackInUse(taken);
       entries_.erase(it);
+      call_bytes = Range{taken.base, RangeEnd(taken.base, taken.bytes)};
+      call = Range{PageFloor(call_bytes.lo), PageCeil(call_bytes.hi)};
     } else if (contains && it->second.state == State::kDeferred) {
       // The program unregisters memory it has already unregistered: make the
       // driver's view match the program's, then let the driver answer.
       TakeVictim(it->second, EvictReason::kOverlap, &victims);
     }
-    inflight_.push_back(Inflight{page.lo, page.hi, false});
+    BeginInflight(call, call_bytes);
   }
   Outcome out{kCudaSuccess, Action::kForward, Evict(victims)};
   if (took && (taken.pass != PassReason::kNone || taken.left)) {
@@ -622,15 +638,16 @@ Outcome Pool::Unregister(uintptr_t ptr, absl::FunctionRef<int()> forward, bool m
   const bool release = took && taken.watched && out.result == kCudaSuccess;
   const Range taken_range{taken.base, RangeEnd(taken.base, taken.bytes)};
   if (took && out.result != kCudaSuccess) {
-    // The driver kept it: so do we.
+    // The driver kept it: so do we, as left if its pages changed meanwhile.
     std::lock_guard<std::mutex> lock(mu_);
+    taken.left = taken.left || InflightLeftLocked(call);
     TrackInUse(taken);
     entries_.emplace(taken.base, std::move(taken));
   } else if (took && out.action == Action::kPassthrough) {
     std::lock_guard<std::mutex> lock(mu_);
     counters_.passed += 1;
   }
-  EndInflight(page);
+  EndInflight(call);
   if (release) driver_->Release(taken_range.lo, taken_range.hi);
   return out;
 }
@@ -672,6 +689,7 @@ bool Pool::Leave(uintptr_t lo, uintptr_t hi, bool wait, bool* pooled) {
 }
 
 int Pool::MarkLeftLocked(uintptr_t lo, uintptr_t hi) {
+  MarkInflightLeftLocked(lo, hi);
   int marked = 0;
   for (auto it = FirstOverlap(lo); it != entries_.end() && it->first < hi; ++it) {
     Entry& e = it->second;

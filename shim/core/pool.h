@@ -14,7 +14,9 @@
 //  - Before memory touched by a deferred entry leaves the process, or is the
 //    subject of any call other than an exact hit, that entry is really
 //    unregistered (evicted) first. Callers wait for evictions in progress.
-//  - The driver is never called with the lock held.
+//  - The driver's calls that act (Register, Unregister, Admit, Release,
+//    DrainChanges) are never made with the lock held; under it the pool only
+//    reads the driver's clock (AgeClockNs) and the pages' frames (ReadFrames).
 //  - An unregister is deferred only for memory that has stayed in the
 //    process, with its protection, since it was registered: an in-use entry
 //    whose memory left (MarkLeft) has its unregister forwarded, so the driver
@@ -224,7 +226,7 @@ class Pool {
   // deferred entries they touch are really unregistered, in-use ones will
   // not be deferred. Every program entry point above starts with it:
   // deferrals (TryDefer) with kReturned, the others kQueued.
-  void ApplyPageChanges(DrainScope scope = DrainScope::kQueued);
+  void ApplyPageChanges(DrainScope scope = DrainScope::kQueued) ABSL_LOCKS_EXCLUDED(mu_);
 
   // A copy is about to move host memory [lo, hi) through the driver, which
   // copies through any registration it holds there: applies the page changes
@@ -348,7 +350,7 @@ class Pool {
     uint64_t lru_key;    // valid while kDeferred
     int64_t deferred_at;  // AgeClockNs(), valid while kDeferred
     std::vector<uint64_t> frames;  // with check_frames: the pages registered
-    bool left = false;  // kInUse only: the memory left the process (MarkLeft)
+    bool left = false;  // kInUse only: the memory left the process or changed (MarkLeft, the watch)
     size_t parked = 0;  // kDeferred only: parked, with this malloc_usable_size (0: not)
     bool auto_pinned = false;  // kDeferred only: lazypin registered it (AutoPin), not the program
   };
@@ -372,7 +374,8 @@ class Pool {
   void MarkDeferred(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnmarkDeferred(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // An in-use entry not marked left is in in_use_filter_ and in_use_ while it
-  // is in that state: Watch when it enters it, Unwatch when it leaves it.
+  // is in that state: Watch when it enters it, Unwatch when it leaves it. So
+  // is a call in flight (BeginInflight, EndInflight).
   void TrackInUse(const Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UntrackInUse(const Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes the entry at `it` (any state), keeping the lock-free views.
@@ -394,7 +397,15 @@ class Pool {
   int DropWhere(absl::FunctionRef<bool(const Entry&)> matches, bool forget_in_use)
       ABSL_LOCKS_EXCLUDED(mu_);
   void EndInflight(Range range) ABSL_LOCKS_EXCLUDED(mu_);
-  // Whether the watch reported a change of the in-flight `range`'s pages.
+  // A program call on its way to the driver, over `bytes` and their `pages`
+  // (after AwaitQuiet: no other call in flight has the same pages), until
+  // EndInflight(pages). It counts in the lock-free in-use view, so that the
+  // memory hooks report changes of its bytes (MarkLeft) as the watch does
+  // (ApplyPageChanges).
+  void BeginInflight(Range pages, Range bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Notes a change of [lo, hi) on the calls in flight over those bytes.
+  void MarkInflightLeftLocked(uintptr_t lo, uintptr_t hi) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a change of the in-flight `range`'s pages was noted.
   bool InflightLeftLocked(Range range) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The exact-hit check and its effect; null if no hit.
   const Entry* HitLocked(const RegisterRequest& req) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -448,10 +459,12 @@ class Pool {
   // Program calls on their way to the driver (page ranges): a call on an
   // overlapping range waits, as the driver orders them, so that none acts on
   // a state the driver no longer has. A handful at a time.
-  // `left`: the watch reported a change of these pages meanwhile (the entry
-  // the call makes, if any, has left: Register marks it so, AutoPin drops it).
+  // `left`: a change of these pages was noted meanwhile (by the watch or a
+  // memory hook): the entry the call makes or puts back has left (Register
+  // and a failed Unregister mark it so; AutoPin releases its registration).
   struct Inflight {
-    uintptr_t lo, hi;
+    uintptr_t lo, hi;  // pages
+    Range bytes;
     bool left;
   };
   std::vector<Inflight> inflight_ ABSL_GUARDED_BY(mu_);
@@ -461,10 +474,10 @@ class Pool {
   int queried_next_ ABSL_GUARDED_BY(mu_) = 0;
 
   std::atomic<int64_t> holding_{0};  // deferred + evicting entries
-  std::atomic<int64_t> in_use_{0};  // in-use entries not marked left
+  std::atomic<int64_t> in_use_{0};  // in-use entries not marked left, and calls in flight
   std::atomic<bool> abandoned_{false};
   GranuleFilter filter_;         // deferred + evicting entries
-  GranuleFilter in_use_filter_;  // in-use entries not marked left
+  GranuleFilter in_use_filter_;  // in-use entries not marked left, and calls in flight
 
   ReuseHooks reuse_;
   ParkIndex park_ ABSL_GUARDED_BY(mu_);

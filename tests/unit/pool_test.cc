@@ -733,4 +733,63 @@ TEST(PoolCopyTest, AnUnmapAppliedWhileAnAutoPinIsInFlightReleasesIt) {
   EXPECT_FALSE(pool.TryHit(req).has_value());
 }
 
+// The same for an unregister the driver refuses (it keeps the registration):
+// the entry put back has left, wherever in its range the change fell.
+TEST(PoolCopyTest, AnUnmapAppliedWhileAFailedUnregisterIsInFlightIsNotLost) {
+  for (uintptr_t changed_lo : {kA, kA + 2 * kPage}) {
+    QueuedChangesDriver driver;
+    FakeObserver observer;
+    Pool pool(&driver, &observer, DefaultPoolLimits());
+    const RegisterRequest req{kA, 4 * kPage, 0, kCtx1, 0};
+    ASSERT_EQ(pool.Register(req, [&] { return driver.model.Register(kA, 4 * kPage, 0, kCtx1); })
+                  .result, 0);
+    const Outcome un = pool.Unregister(kA, [&] {
+      driver.Change(changed_lo, kA + 4 * kPage);
+      std::thread collector([&] { pool.ApplyPageChanges(); });
+      collector.join();
+      return 1;  // refused
+    }, /*may_defer=*/false);
+    ASSERT_NE(un.result, 0);
+    EXPECT_FALSE(pool.TryDefer(kA).has_value()) << changed_lo - kA;
+    EXPECT_FALSE(pool.TryHit(req).has_value()) << changed_lo - kA;
+  }
+}
+
+// A memory hook's report (free, mprotect: MarkLeft) while the register of
+// that memory is in flight: the hooks' lock-free view includes the call, and
+// the entry it makes has left.
+TEST(PoolCopyTest, AHookReportWhileARegisterIsInFlightMarksItsEntryLeft) {
+  QueuedChangesDriver driver;
+  FakeObserver observer;
+  Pool pool(&driver, &observer, DefaultPoolLimits());
+  const RegisterRequest req{kA, 4 * kPage, 0, kCtx1, 0};
+  ASSERT_FALSE(pool.MaybeTracks(kA + kPage, kA + 2 * kPage));
+  ASSERT_EQ(pool.Register(req, [&] {
+              EXPECT_TRUE(pool.MaybeTracks(kA + kPage, kA + 2 * kPage));
+              std::thread hook([&] { pool.MarkLeft(kA + kPage, kA + 2 * kPage); });
+              hook.join();
+              return driver.model.Register(kA, 4 * kPage, 0, kCtx1);
+            }).result, 0);
+  const Outcome un = pool.Unregister(kA, [&] { return driver.model.Unregister(kA); });
+  EXPECT_EQ(un.action, Action::kPassthrough);
+  EXPECT_EQ(un.reason, PassReason::kLeft);
+  EXPECT_FALSE(pool.MaybeTracks(kA, kA + 4 * kPage));
+}
+
+// Reported bytes next to the call's, on a page they share (two heap blocks):
+// the call's entry has not left.
+TEST(PoolCopyTest, AHookReportOfNeighbouringBytesLeavesAnInFlightRegisterAlone) {
+  QueuedChangesDriver driver;
+  FakeObserver observer;
+  Pool pool(&driver, &observer, DefaultPoolLimits());
+  const RegisterRequest req{kA + 64, 4 * kPage, 0, kCtx1, 0};
+  ASSERT_EQ(pool.Register(req, [&] {
+              std::thread hook([&] { pool.MarkLeft(kA, kA + 64); });
+              hook.join();
+              return driver.model.Register(kA + 64, 4 * kPage, 0, kCtx1);
+            }).result, 0);
+  EXPECT_EQ(pool.Unregister(kA + 64, [&] { return driver.model.Unregister(kA + 64); }).action,
+            Action::kDeferred);
+}
+
 }  // namespace lazypin
