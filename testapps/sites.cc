@@ -7,7 +7,10 @@
 //   2. `buffers` pages through one wrapper (Pin), called alternately by
 //      FromShallow and FromDeep (which calls Pin with a deeper stack);
 //   3. `buffers` pages alternately by two lines (TwoLines);
-//   then one page each by two more lines of main; every page unregistered by one line.
+//   then one page each by two more lines of main;
+//   4. one page, then two pages, through Pin from two lines of one function
+//      (TwoSizes: the same depth, told apart by the size);
+//   every buffer unregistered by one line.
 // Prints "sites: <n> registered" and exits 0, or says what failed and exits 1.
 #include <cuda_runtime.h>
 #include <sys/mman.h>
@@ -53,6 +56,12 @@ __attribute__((noinline)) void TwoLines(char* p, size_t n, bool first) {
   asm volatile("" ::: "memory");
 }
 
+__attribute__((noinline)) void TwoSizes(char* p, size_t page) {
+  Pin(p, page);
+  Pin(p + page, 2 * page);
+  asm volatile("" ::: "memory");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -67,7 +76,7 @@ int main(int argc, char** argv) {
   }
   if (buffers < 2) buffers = 2;
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  const size_t pages = 3 * static_cast<size_t>(buffers) + 2;
+  const size_t pages = 3 * static_cast<size_t>(buffers) + 2 + 3;
   void* map = mmap(nullptr, pages * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (map == MAP_FAILED) {
     std::perror("sites: mmap");
@@ -89,8 +98,9 @@ int main(int argc, char** argv) {
   for (int i = 0; i < buffers; ++i) TwoLines(base + next++ * page, page, i % 2 == 0);
   Check(cudaHostRegister(base + next++ * page, page, 0), "register (main, line a)");
   Check(cudaHostRegister(base + next++ * page, page, 0), "register (main, line b)");
-  for (size_t i = 0; i < next; ++i) Check(cudaHostUnregister(base + i * page), "unregister");
+  TwoSizes(base + next * page, page);
+  for (size_t i = 0; i < next + 2; ++i) Check(cudaHostUnregister(base + i * page), "unregister");
   munmap(map, pages * page);
-  std::printf("sites: %zu registered\n", next);
+  std::printf("sites: %zu registered\n", next + 2);
   return 0;
 }

@@ -50,11 +50,12 @@ int Recorder::StackOf(Action action, uint64_t what, const ProgramCall& call) {
   // that reached the driver only (a hit or a deferral costs about a
   // microsecond, a stack more), unwound once per key:
   //  - natively, the call's caller: its return address, which names the line,
-  //    and its frame address, which tells apart the callers of one wrapper
-  //    that calls at different stack depths (callers of a wrapper at the same
-  //    depth share the first one's stack: a full unwind would tell them
-  //    apart, at 2-4 us a call). A first registration of each new buffer
-  //    from a known line is then not unwound;
+  //    its frame address, which tells apart the callers of one wrapper that
+  //    call it at different stack addresses, and the size (callers of a
+  //    wrapper at the same stack address with the same size share the first
+  //    one's stack: a full unwind would tell them apart, at 2-4 us a call).
+  //    A first registration of each new buffer of a size from a known line
+  //    is then not unwound;
   //  - else the call's address and size: in a process with a Python
   //    interpreter, whose native caller (ctypes, libffi) is the same for
   //    every Python line, so the caller would merge the lines that a stack
@@ -67,7 +68,8 @@ int Recorder::StackOf(Action action, uint64_t what, const ProgramCall& call) {
     if (action == Action::kHit || action == Action::kDeferred) return 0;
     if (call.caller.pc != 0 && call.via != Via::kGetProc && !PythonFramePossible()) {
       key = ((what * 0x9e3779b97f4a7c15u) ^ (call.caller.pc * 0xff51afd7ed558ccdu) ^
-             (call.caller.frame * 0xc4ceb9fe1a85ec53u)) | 1;
+             (call.caller.frame * 0xc4ceb9fe1a85ec53u) ^
+             (call.bytes * 0x94d049bb133111ebu)) | 1;
     } else {
       key = ((what * 0x9e3779b97f4a7c15u) ^ (reinterpret_cast<uintptr_t>(call.ptr) * 0xff51afd7ed558ccdu) ^
              call.bytes) | 1;

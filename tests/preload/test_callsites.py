@@ -120,7 +120,8 @@ def frames_by_call(records):
 
 class NativeSiteTest(AppTestCase):
     """testapps/sites: N buffers from one line, N through one wrapper called
-    from two depths, N from two alternating lines, then two lines of main."""
+    from two depths, N from two alternating lines, two lines of main, then
+    the wrapper from two lines of one function with two sizes."""
     N = 64
 
     def sites(self, stacks):
@@ -138,20 +139,22 @@ class NativeSiteTest(AppTestCase):
         n = self.N
         one, every = self.sites("1"), self.sites("all")
         regs = [r for r in calls(one.records) if r["api"] == "cudaHostRegister"]
-        self.assertEqual(len(regs), 3 * n + 2)
+        self.assertEqual(len(regs), 3 * n + 4)
         ids = lambda rs: {r["stack"] for r in rs}  # noqa: E731
         loop, shallow, deep = ids(regs[:n]), ids(regs[n:2 * n:2]), ids(regs[n + 1:2 * n:2])
         first, second = ids(regs[2 * n:3 * n:2]), ids(regs[2 * n + 1:3 * n:2])
-        line_a, line_b = ids(regs[3 * n:3 * n + 1]), ids(regs[3 * n + 1:])
-        sets = [loop, shallow, deep, first, second, line_a, line_b]
-        self.assertEqual([len(s) for s in sets], [1] * 7, "each site one stack")
-        self.assertEqual(len(set.union(*sets)), 7, "and no two sites the same")
+        line_a, line_b = ids(regs[3 * n:3 * n + 1]), ids(regs[3 * n + 1:3 * n + 2])
+        size_1, size_2 = ids(regs[3 * n + 2:3 * n + 3]), ids(regs[3 * n + 3:])
+        sets = [loop, shallow, deep, first, second, line_a, line_b, size_1, size_2]
+        self.assertEqual([len(s) for s in sets], [1] * 9, "each site one stack")
+        self.assertEqual(len(set.union(*sets)), 9, "and no two sites the same")
         # Every call has the frames it has when each call is unwound.
         self.assertEqual(frames_by_call(one.records), frames_by_call(every.records))
-        # Unwound once per site (the 7 above and the unregisters' loop), not once a call.
-        self.assertEqual(one.records[-1]["stacks"], {"unwound": 8, "unique": 8})
+        # Unwound once per site (the 9 above and the unregisters' loop), not
+        # once a call.
+        self.assertEqual(one.records[-1]["stacks"], {"unwound": 10, "unique": 10})
         self.assertEqual(every.records[-1]["stacks"],
-                         {"unwound": len(calls(every.records)), "unique": 8})
+                         {"unwound": len(calls(every.records)), "unique": 10})
         # The report shows the same sites with the same calls.
         self.assertEqual(one.sites, every.sites)
 
