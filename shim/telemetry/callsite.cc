@@ -123,9 +123,10 @@ int CallSites::CaptureOnce(uint64_t key, Emit emit) {
   if (key != 0 && id != 0) {
     std::lock_guard<std::mutex> lock(mu_);
     if (keys_ != nullptr) {
-      // An empty slot of the pair, else the second (the first keeps the older key).
-      const size_t i = keys_[pair].key == 0 || keys_[pair].key == key ? pair : pair + 1;
-      keys_[i] = KeySlot{key, id};
+      // The newest key first, the one before it second: of the keys sharing
+      // a pair, the two unwound last are kept.
+      if (keys_[pair].key != 0 && keys_[pair].key != key) keys_[pair + 1] = keys_[pair];
+      keys_[pair] = KeySlot{key, id};
     }
   }
   return id;

@@ -110,6 +110,23 @@ TEST(CallSitesTest, TwoKeysOfOneSlotAlternatingAreEachUnwoundOnce) {
   EXPECT_EQ(sites.unique(), 2u);
 }
 
+TEST(CallSitesTest, OfThreeKeysOfOneSlotTheTwoUnwoundLastAreKept) {
+  const auto pair = [](uint64_t k) { return ((k * 0x9e3779b97f4a7c15u) >> 52) & ~uint64_t{1}; };
+  uint64_t keys[3] = {1, 0, 0};
+  for (uint64_t k = 2, found = 1; found < 3; ++k) {
+    if (pair(k) == pair(1)) keys[found++] = k;
+  }
+  CallSites sites(nullptr);
+  Lines out(sites);
+  for (uint64_t k : keys) OnceHere(sites, out, k);  // the first key is pushed out
+  EXPECT_EQ(sites.unwound(), 3u);
+  OnceHere(sites, out, keys[1]);
+  OnceHere(sites, out, keys[2]);
+  EXPECT_EQ(sites.unwound(), 3u);
+  OnceHere(sites, out, keys[0]);
+  EXPECT_EQ(sites.unwound(), 4u);
+}
+
 TEST(CallSitesTest, FramesAreReturnAddressesInnermostFirst) {
   uintptr_t frames[CallSites::kMaxFrames];
   const size_t n = CaptureFrames(frames, CallSites::kMaxFrames, 0, 0);
