@@ -243,9 +243,10 @@ const Option kOptions[] = {
     {"LAZYPIN_STACKS", "stacks", "1", "1", "0, 1 or all",
      "which calls the log gives their native stack (the report's call sites): 1: those that "
      "reached the driver, unwound once per API, caller and size (the calling line and its "
-     "stack address, per thread; where that names no line, once per API, address and size: in a process with a "
-     "Python interpreter, and for driver entry points from cuGetProcAddress, which static "
-     "cudart calls) (2-4 us each time); all: every call, unwound each time; 0: none",
+     "stack address, per thread; where that names no line, once per API, address and size: "
+     "in a process with a Python interpreter, and for driver entry points from "
+     "cuGetProcAddress, which static cudart calls) (2-4 us each time); all: every call, "
+     "unwound each time; 0: none",
      [](std::string_view t, uint64_t, Config* c) { return Store(ParseStackMode(t), &c->stacks); },
      [](const Config& c) { return fmt::format("\"{}\"", StackModeName(c.stacks)); }},
     {"LAZYPIN_PREFAULT", "prefault", "4", "4", "a whole number from 0 to 16",

@@ -27,7 +27,7 @@ Pool::Map::iterator Pool::FirstOverlap(uintptr_t lo) {
 bool Pool::RangeQuiet(uintptr_t lo, uintptr_t hi) const {
   if (inflight_.empty() && evicting_ == 0) return true;
   for (const Inflight& r : inflight_) {
-    if (r.lo < hi && r.hi > lo) return false;
+    if (PageFloor(r.bytes.lo) < hi && PageCeil(r.bytes.hi) > lo) return false;
   }
   auto& self = const_cast<Pool&>(*this);
   for (auto it = self.FirstOverlap(lo); it != self.entries_.end() && it->first < hi; ++it) {
@@ -36,9 +36,9 @@ bool Pool::RangeQuiet(uintptr_t lo, uintptr_t hi) const {
   return true;
 }
 
-bool Pool::InflightLeftLocked(Range range) const {
+bool Pool::InflightLeftLocked(Range bytes) const {
   for (const Inflight& r : inflight_) {
-    if (r.lo == range.lo && r.hi == range.hi) return r.left;
+    if (r.bytes.lo == bytes.lo && r.bytes.hi == bytes.hi) return r.left;
   }
   return false;
 }
@@ -49,18 +49,18 @@ void Pool::MarkInflightLeftLocked(uintptr_t lo, uintptr_t hi) {
   }
 }
 
-void Pool::BeginInflight(Range pages, Range bytes) {
-  inflight_.push_back(Inflight{pages.lo, pages.hi, bytes, false});
+void Pool::BeginInflight(Range bytes) {
+  inflight_.push_back(Inflight{bytes, false});
   in_use_filter_.Add(bytes.lo, bytes.hi);
   in_use_.fetch_add(1, std::memory_order_relaxed);
 }
 
-void Pool::EndInflight(Range range) {
+void Pool::EndInflight(Range bytes) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = inflight_.begin(); it != inflight_.end(); ++it) {
-      if (it->lo == range.lo && it->hi == range.hi) {
-        in_use_filter_.Remove(it->bytes.lo, it->bytes.hi);
+      if (it->bytes.lo == bytes.lo && it->bytes.hi == bytes.hi) {
+        in_use_filter_.Remove(bytes.lo, bytes.hi);
         inflight_.erase(it);
         in_use_.fetch_sub(1, std::memory_order_relaxed);
         break;
@@ -396,11 +396,11 @@ AutoPinOutcome Pool::AutoPin(const RegisterRequest& req, uint64_t max_auto_bytes
       return out;
     }
     // Until the driver answers, calls on this range wait (as in Register).
-    BeginInflight(Range{page_lo, page_hi}, Range{lo, hi});
+    BeginInflight(Range{lo, hi});
   }
-  const Range page{page_lo, page_hi};
+  const Range call{lo, hi};
   if (!eligible() || driver_->Admit(lo, hi) != PassReason::kNone) {
-    EndInflight(page);
+    EndInflight(call);
     return out;
   }
   out.attempted = true;
@@ -418,7 +418,7 @@ AutoPinOutcome Pool::AutoPin(const RegisterRequest& req, uint64_t max_auto_bytes
       std::lock_guard<std::mutex> lock(mu_);
       NoteQueried(req.ptr, req.bytes, kAutoPinQueryLimit);
     }
-    EndInflight(page);
+    EndInflight(call);
     return out;
   }
   std::vector<uint64_t> frames;
@@ -438,7 +438,7 @@ AutoPinOutcome Pool::AutoPin(const RegisterRequest& req, uint64_t max_auto_bytes
     counters_.autopins += 1;
     counters_.autopin_bytes += e.bytes;
     counters_.autopin_register_ns += out.register_ns;
-    if (InflightLeftLocked(page)) {
+    if (InflightLeftLocked(call)) {
       // Its pages changed while the driver registered them: released at once.
       TakeVictim(e, EvictReason::kWatch, &victims);
     }
@@ -447,7 +447,7 @@ AutoPinOutcome Pool::AutoPin(const RegisterRequest& req, uint64_t max_auto_bytes
     TakeOverBounds(&victims);
   }
   out.result = AutoPinResult::kPinned;
-  EndInflight(page);
+  EndInflight(call);
   Evict(victims);
   return out;
 }
@@ -507,7 +507,7 @@ Outcome Pool::Register(const RegisterRequest& req, absl::FunctionRef<int()> forw
     counters_.misses += 1;
     // Until the driver answers, calls on this range wait, as the driver would
     // order them, so that none acts on a state the driver no longer has.
-    BeginInflight(Range{page_lo, page_hi}, Range{lo, hi});
+    BeginInflight(Range{lo, hi});
   }
   // forward_only: the driver normally refuses (712); if it accepts, the
   // overlapping in-use entries were stale and the new one is recorded below.
@@ -554,13 +554,13 @@ Outcome Pool::Register(const RegisterRequest& req, absl::FunctionRef<int()> forw
     entry.frames = std::move(frames);
     // Its pages changed while the driver registered them: the program's view
     // is gone; the driver answers for it from now on (never deferred).
-    entry.left = InflightLeftLocked(Range{page_lo, page_hi});
+    entry.left = InflightLeftLocked(Range{lo, hi});
     TrackInUse(entry);
     entries_.emplace(req.ptr, std::move(entry));
   } else if (watched) {
     stale_watched.push_back(Range{lo, hi});
   }
-  EndInflight(Range{page_lo, page_hi});
+  EndInflight(Range{lo, hi});
   ReleaseWatched(stale_watched);
   FreeBlocks(stale_parked);
   return out;
@@ -601,9 +601,8 @@ Outcome Pool::Unregister(uintptr_t ptr, absl::FunctionRef<int()> forward, bool m
   std::vector<Victim> victims;
   Entry taken{};
   bool took = false;
-  // The call's pages and bytes: the entry's it takes, else `ptr`'s.
-  Range call{PageFloor(ptr), PageFloor(ptr) + PageSize()};
-  Range call_bytes{ptr, ptr + 1};
+  // The call's bytes: the entry's it takes, else `ptr`'s.
+  Range call{ptr, ptr + 1};
   {
     std::unique_lock<std::mutex> lock(mu_);
     AwaitQuiet(lock, ptr, ptr + 1);
@@ -620,14 +619,13 @@ Outcome Pool::Unregister(uintptr_t ptr, absl::FunctionRef<int()> forward, bool m
       took = true;
       UntrackInUse(taken);
       entries_.erase(it);
-      call_bytes = Range{taken.base, RangeEnd(taken.base, taken.bytes)};
-      call = Range{PageFloor(call_bytes.lo), PageCeil(call_bytes.hi)};
+      call = Range{taken.base, RangeEnd(taken.base, taken.bytes)};
     } else if (contains && it->second.state == State::kDeferred) {
       // The program unregisters memory it has already unregistered: make the
       // driver's view match the program's, then let the driver answer.
       TakeVictim(it->second, EvictReason::kOverlap, &victims);
     }
-    BeginInflight(call, call_bytes);
+    BeginInflight(call);
   }
   Outcome out{kCudaSuccess, Action::kForward, Evict(victims)};
   if (took && (taken.pass != PassReason::kNone || taken.left)) {

@@ -396,17 +396,17 @@ class Pool {
   // when `forget_in_use`. The pool's answer to context teardown.
   int DropWhere(absl::FunctionRef<bool(const Entry&)> matches, bool forget_in_use)
       ABSL_LOCKS_EXCLUDED(mu_);
-  void EndInflight(Range range) ABSL_LOCKS_EXCLUDED(mu_);
-  // A program call on its way to the driver, over `bytes` and their `pages`
-  // (after AwaitQuiet: no other call in flight has the same pages), until
-  // EndInflight(pages). It counts in the lock-free in-use view, so that the
-  // memory hooks report changes of its bytes (MarkLeft) as the watch does
-  // (ApplyPageChanges).
-  void BeginInflight(Range pages, Range bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A program call on its way to the driver, over `bytes` (after AwaitQuiet:
+  // no other call in flight has the same bytes), until EndInflight(bytes).
+  // Calls over the same pages wait for it (RangeQuiet). It counts in the
+  // lock-free in-use view, so that the memory hooks report changes of its
+  // bytes (MarkLeft) as the watch does (ApplyPageChanges).
+  void BeginInflight(Range bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EndInflight(Range bytes) ABSL_LOCKS_EXCLUDED(mu_);
   // Notes a change of [lo, hi) on the calls in flight over those bytes.
   void MarkInflightLeftLocked(uintptr_t lo, uintptr_t hi) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether a change of the in-flight `range`'s pages was noted.
-  bool InflightLeftLocked(Range range) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a change was noted on the call in flight over `bytes`.
+  bool InflightLeftLocked(Range bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The exact-hit check and its effect; null if no hit.
   const Entry* HitLocked(const RegisterRequest& req) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Defers the in-use entry based at `ptr` if it is poolable; false otherwise.
@@ -456,14 +456,13 @@ class Pool {
   };
   LruIndex lru_ ABSL_GUARDED_BY(mu_);
   uint64_t next_lru_key_ ABSL_GUARDED_BY(mu_) = 1;
-  // Program calls on their way to the driver (page ranges): a call on an
-  // overlapping range waits, as the driver orders them, so that none acts on
-  // a state the driver no longer has. A handful at a time.
+  // Program calls on their way to the driver (their bytes): a call on an
+  // overlapping page range waits, as the driver orders them, so that none
+  // acts on a state the driver no longer has. A handful at a time.
   // `left`: a change of these pages was noted meanwhile (by the watch or a
   // memory hook): the entry the call makes or puts back has left (Register
   // and a failed Unregister mark it so; AutoPin releases its registration).
   struct Inflight {
-    uintptr_t lo, hi;  // pages
     Range bytes;
     bool left;
   };

@@ -71,8 +71,8 @@ int Recorder::StackOf(Action action, uint64_t what, const ProgramCall& call) {
              (call.caller.frame * 0xc4ceb9fe1a85ec53u) ^
              (call.bytes * 0x94d049bb133111ebu)) | 1;
     } else {
-      key = ((what * 0x9e3779b97f4a7c15u) ^ (reinterpret_cast<uintptr_t>(call.ptr) * 0xff51afd7ed558ccdu) ^
-             call.bytes) | 1;
+      key = ((what * 0x9e3779b97f4a7c15u) ^
+             (reinterpret_cast<uintptr_t>(call.ptr) * 0xff51afd7ed558ccdu) ^ call.bytes) | 1;
     }
   }
   return sites_->CaptureOnce(

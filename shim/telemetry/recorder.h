@@ -70,8 +70,8 @@ class Recorder final : public PoolObserver, public HostAllocObserver, public Aut
   void FormatEntry(const LogEntry& entry, std::string* line);
   // A program call's stack: 0 (none) unless LAZYPIN_STACKS asks for it.
   // `what` is the call's API and flags: with LAZYPIN_STACKS=1 each (what,
-  // caller), or (what, address, size) where a Python line may be part of the
-  // stack, is unwound once (CallSites::CaptureOnce).
+  // caller, size), or (what, address, size) where the caller names no line,
+  // is unwound once (CallSites::CaptureOnce).
   int StackOf(Action action, uint64_t what, const ProgramCall& call);
 
   const Config& config_;
