@@ -1,10 +1,20 @@
 // descriptors: the few descriptors lazypin holds (the log file, the kernel
-// watch's userfaultfd) kept out of the program's way.
+// watch's userfaultfd, the memory probe's files, /proc/self/pagemap) kept out
+// of the program's way.
+//
+// Contract: a held descriptor sits at the top of the program's range
+// (MoveFdHigh) and is used only while it still names the file lazypin opened
+// (HeldFd::Ours): a program may dup2() onto any number, lazypin's included,
+// and from then on that number is the program's. lazypin never reads, writes,
+// polls or closes a number that is no longer its own.
 #pragma once
 
 #include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <atomic>
 
 namespace lazypin {
 
@@ -26,5 +36,57 @@ inline int MoveFdHigh(int fd) {
   }
   return fd;
 }
+
+// A descriptor lazypin opened, with the identity (device, inode) of its file.
+// Ours() and get() may be called from any thread; Hold() and Close() by the
+// owner, with no other call in progress.
+class HeldFd {
+ public:
+  HeldFd() = default;
+  HeldFd(const HeldFd&) = delete;
+  HeldFd& operator=(const HeldFd&) = delete;
+
+  // Takes `fd` (just opened by lazypin), moved high; false (and `fd` closed)
+  // when it cannot be identified.
+  bool Hold(int fd) {
+    struct stat st;
+    if (fd < 0) return false;
+    if (fstat(fd, &st) != 0) {
+      close(fd);
+      return false;
+    }
+    dev_ = st.st_dev;
+    ino_ = st.st_ino;
+    fd_.store(MoveFdHigh(fd), std::memory_order_release);
+    return true;
+  }
+  // The number, or -1; whether it is still lazypin's is Ours()'s to say.
+  int get() const { return fd_.load(std::memory_order_acquire); }
+  // True while the number names the file Hold() took: one fstat. A number
+  // the program took over is forgotten (never closed: it is the program's).
+  bool Ours() {
+    const int fd = get();
+    if (fd < 0) return false;
+    struct stat st;
+    if (fstat(fd, &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_) return true;
+    fd_.store(-1, std::memory_order_release);
+    return false;
+  }
+  // Whether `fd` names the same file as this one did (a reopened path).
+  bool SameFile(int fd) const {
+    struct stat st;
+    return fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_;
+  }
+  // Closes it if it is still lazypin's; forgets it either way.
+  void Close() {
+    if (Ours()) close(get());
+    fd_.store(-1, std::memory_order_release);
+  }
+
+ private:
+  std::atomic<int> fd_{-1};
+  dev_t dev_ = 0;
+  ino_t ino_ = 0;
+};
 
 }  // namespace lazypin

@@ -1,6 +1,8 @@
 // host_alloc_cache: freed pinned host blocks kept for reuse (see host_alloc_cache.h).
 #include "host_alloc_cache.h"
 
+#include "absl/types/span.h"
+
 #include <string.h>
 
 #include <algorithm>
@@ -30,12 +32,11 @@ void HostAllocCache::Uncache(uintptr_t base, Block& b) {
   counters_.cached_entries -= 1;
 }
 
-void HostAllocCache::TakeVictim(uintptr_t base, Block& b, EvictReason reason,
-                                std::vector<Victim>* victims) {
+HostAllocCache::Victim HostAllocCache::TakeVictim(uintptr_t base, Block& b, EvictReason reason) {
   Uncache(base, b);
   b.state = State::kReleasing;
   releasing_ += 1;
-  victims->push_back(Victim{base, b.bytes, b.ctx, reason});
+  return Victim{base, b.bytes, b.ctx, reason};
 }
 
 bool HostAllocCache::RangeQuiet(uintptr_t lo, uintptr_t hi) const {
@@ -54,8 +55,8 @@ void HostAllocCache::AwaitQuiet(std::unique_lock<std::mutex>& lock, uintptr_t lo
   released_.wait(lock, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return RangeQuiet(lo, hi); });
 }
 
-int HostAllocCache::Release(std::vector<Victim>& victims) {
-  for (const Victim& v : victims) {
+int HostAllocCache::Release(const Victim* victims, size_t count) {
+  for (const Victim& v : absl::MakeConstSpan(victims, count)) {
     ReleaseWait wait;
     const int64_t t0 = driver_->NowNs();
     const int result = driver_->Free(v.base, v.ctx, &wait);
@@ -70,8 +71,8 @@ int HostAllocCache::Release(std::vector<Victim>& victims) {
     counters_.releases[static_cast<int>(v.reason)] += 1;
     if (wait.forced) counters_.forced_releases += 1;
   }
-  if (!victims.empty()) released_.notify_all();
-  return static_cast<int>(victims.size());
+  if (count != 0) released_.notify_all();
+  return static_cast<int>(count);
 }
 
 Outcome HostAllocCache::Alloc(const HostAllocRequest& request, void** out,
@@ -167,7 +168,7 @@ Outcome HostAllocCache::Free(uintptr_t ptr, absl::FunctionRef<int()> forward,
     auto it = blocks_.find(ptr);
     if (it != blocks_.end() && it->second.state == State::kCached) {
       // A second free: the driver answers it as for freed memory.
-      TakeVictim(it->first, it->second, EvictReason::kDoubleFree, &victims);
+      victims.push_back(TakeVictim(it->first, it->second, EvictReason::kDoubleFree));
     } else if (it != blocks_.end()) {
       keepable = Span(it->second.bytes) <= limits_.max_bytes && limits_.max_entries > 0;
       if (!keepable) {
@@ -194,7 +195,7 @@ Outcome HostAllocCache::Free(uintptr_t ptr, absl::FunctionRef<int()> forward,
       // Another thread's free of this block kept it meanwhile (the program's
       // race): this one is a second free, which the driver answers once the
       // block is really freed.
-      TakeVictim(it->first, it->second, EvictReason::kDoubleFree, &victims);
+      victims.push_back(TakeVictim(it->first, it->second, EvictReason::kDoubleFree));
       keepable = false;
     } else if (it == blocks_.end() || it->second.state != State::kLive) {
       // Freed by another thread meanwhile (the program's race): the driver decides.
@@ -220,7 +221,7 @@ Outcome HostAllocCache::Free(uintptr_t ptr, absl::FunctionRef<int()> forward,
              !lru_.empty()) {
         const uintptr_t base = lru_.begin()->second;
         if (base == ptr) break;
-        TakeVictim(base, blocks_.find(base)->second, EvictReason::kLru, &victims);
+        victims.push_back(TakeVictim(base, blocks_.find(base)->second, EvictReason::kLru));
       }
       counters_.peak_bytes = std::max(counters_.peak_bytes, counters_.cached_bytes);
       counters_.peak_entries = std::max(counters_.peak_entries, counters_.cached_entries);
@@ -245,7 +246,7 @@ int HostAllocCache::Invalidate(uintptr_t lo, uintptr_t hi, EvictReason reason) {
     if (it != blocks_.begin()) --it;
     for (; it != blocks_.end() && it->first < hi; ++it) {
       if (it->second.state == State::kCached && it->first + Span(it->second.bytes) > lo) {
-        TakeVictim(it->first, it->second, reason, &victims);
+        victims.push_back(TakeVictim(it->first, it->second, reason));
       }
     }
   }
@@ -289,7 +290,7 @@ int HostAllocCache::ReleaseWhere(absl::FunctionRef<bool(const Block&)> matches,
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [base, b] : blocks_) {
-      if (b.state == State::kCached && matches(b)) TakeVictim(base, b, reason, &victims);
+      if (b.state == State::kCached && matches(b)) victims.push_back(TakeVictim(base, b, reason));
     }
   }
   return Release(victims);
@@ -302,14 +303,14 @@ int HostAllocCache::CollectIdle(int64_t idle_ns) {
 
 bool HostAllocCache::ReleaseOldest(EvictReason reason) {
   if (Abandoned() || !MaybeHolds()) return false;
-  std::vector<Victim> victims;
+  Victim victim[1];  // nothing allocated: this may run because memory ran out
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (lru_.empty()) return false;
     const uintptr_t base = lru_.begin()->second;
-    TakeVictim(base, blocks_.find(base)->second, reason, &victims);
+    victim[0] = TakeVictim(base, blocks_.find(base)->second, reason);
   }
-  return Release(victims) > 0;
+  return Release(victim, 1) > 0;
 }
 
 int HostAllocCache::ReleaseAll(EvictReason reason) {

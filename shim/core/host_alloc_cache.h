@@ -180,8 +180,7 @@ class HostAllocCache {
   bool KeepsOtherFlags(const HostAllocRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
   int Repack(const HostAllocRequest& request, void** out, absl::FunctionRef<int()> forward,
              int* result) ABSL_LOCKS_EXCLUDED(mu_);
-  void TakeVictim(uintptr_t base, Block& b, EvictReason reason, std::vector<Victim>* victims)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Victim TakeVictim(uintptr_t base, Block& b, EvictReason reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits until no block overlapping [lo, hi) is being released.
   void AwaitQuiet(std::unique_lock<std::mutex>& lock, uintptr_t lo, uintptr_t hi);
   bool RangeQuiet(uintptr_t lo, uintptr_t hi) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -193,7 +192,8 @@ class HostAllocCache {
     }
   }
   // Frees the victims through the driver without the lock, then forgets them.
-  int Release(std::vector<Victim>& victims) ABSL_LOCKS_EXCLUDED(mu_);
+  int Release(const Victim* victims, size_t count) ABSL_LOCKS_EXCLUDED(mu_);
+  int Release(const std::vector<Victim>& victims) { return Release(victims.data(), victims.size()); }
   int ForgetWhere(absl::FunctionRef<bool(const Block&)> matches) ABSL_LOCKS_EXCLUDED(mu_);
   int ReleaseWhere(absl::FunctionRef<bool(const Block&)> matches, EvictReason reason)
       ABSL_LOCKS_EXCLUDED(mu_);

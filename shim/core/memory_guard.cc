@@ -172,6 +172,16 @@ void MemoryGuard::MakeRoomFor(size_t bytes) const {
   }
 }
 
+bool MemoryGuard::ReleaseKeptForAllocation() const {
+  if (collector_ == nullptr || t_state.inside > 0 || LeftProcess()) return false;
+  return collector_->MakeRoom(~uint64_t{0} >> 2, kMakeRoomWaitMs);  // more than can be had: all
+}
+
+void MemoryGuard::LimitsChanged() const {
+  if (budget_ == nullptr || collector_ == nullptr || t_state.inside > 0 || LeftProcess()) return;
+  if (budget_->ShortOf(budget_->margin()) != 0) collector_->MakeRoom(budget_->margin(), kMakeRoomWaitMs);
+}
+
 void* MemoryGuard::Serve(size_t bytes, size_t align) const {
   if (!reuse_ || t_state.inside > 0) return nullptr;
   const FreshSizes sizes = GlibcFreshUsable(bytes, align, PageSize(), GlibcMmapFloorNow());

@@ -101,6 +101,15 @@ class MemoryGuard {
   // inside lazypin's code, never calls the driver on the caller's thread.
   void MakeRoomFor(size_t bytes) const;
   static constexpr int64_t kMakeRoomWaitMs = 1000;
+  // An allocation of the program's failed (malloc & co., mmap) while
+  // anything is kept: has the collector release everything kept (parked
+  // blocks, kept host blocks) and waits for that, at most kMakeRoomWaitMs.
+  // True if it did (try the allocation once more). The same rules as
+  // MakeRoomFor.
+  bool ReleaseKeptForAllocation() const;
+  // The program lowered a limit the headroom counts (RLIMIT_AS, RLIMIT_DATA):
+  // a fresh reading, and kept memory yields to it before the call returns.
+  void LimitsChanged() const;
 
  private:
   // What a freed block spans (0: glibc would reject it; see GlibcChunkOf).

@@ -847,8 +847,17 @@ int Pool::ReleaseAll(EvictReason reason) {
   return Evict(victims);
 }
 
-void Pool::AbandonAfterFork() {
+void Pool::AbandonAfterFork(bool unregister_deferred) {
   abandoned_.store(true, std::memory_order_relaxed);
+  if (unregister_deferred && mu_.try_lock()) {
+    for (const auto& [base, e] : entries_) {
+      if (e.state != State::kDeferred) continue;
+      ReleaseWait no_wait;
+      no_wait.after_wait = true;
+      driver_->Unregister(base, e.ctx, &no_wait);
+    }
+    mu_.unlock();
+  }
   holding_.store(0, std::memory_order_relaxed);
   in_use_.store(0, std::memory_order_relaxed);
   // The child never hands out a parked block (the parent's fork-prepare

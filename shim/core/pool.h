@@ -283,8 +283,13 @@ class Pool {
   // Release every deferred entry (LAZYPIN_RELEASE_AT_EXIT).
   int ReleaseAll(EvictReason reason);
   // In a fork's child: forget everything without touching the driver or the
-  // lock (another thread may have held it at fork time); pass everything through.
-  void AbandonAfterFork();
+  // lock (another thread may have held it at fork time); pass everything
+  // through. In a copy made without fork()'s handlers (a raw fork or clone),
+  // `unregister_deferred`: the copy of the driver's state still holds the
+  // registrations the program gave up, which a fork() child finds released
+  // (the prepare handler's ReleaseAll); they are unregistered here, without a
+  // wait (the child's own work is all there is) and only if the lock is free.
+  void AbandonAfterFork(bool unregister_deferred = false);
   bool Abandoned() const { return abandoned_.load(std::memory_order_relaxed); }
 
   PoolCounters Counters() const;

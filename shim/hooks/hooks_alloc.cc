@@ -69,20 +69,16 @@ Fn RealOrNull(real::Lazy<Fn>& lazy, const char* name) {
   return lazy.Get(&real::Next, name);
 }
 
-// The real allocation failed while blocks are parked (memory the program
-// believes freed): has them released and says whether to try once more.
-// `saved_errno` is put back then, so a retry that succeeds leaves errno as
-// a first success would have.
+}  // namespace
+
 bool RetryAfterRelease(int saved_errno, size_t bytes) {
-  if (!Parked() || bytes >= (~size_t{0} >> 2)) return false;  // no release makes that fit
+  if (!AnyParked() || bytes >= (~size_t{0} >> 2)) return false;  // no release makes that fit
   const ShimState* state = PublishedState();
   const MemoryGuard* guard = state != nullptr ? state->guard : nullptr;
-  if (guard == nullptr || !guard->ReleaseParkedForAllocation()) return false;
+  if (guard == nullptr || !guard->ReleaseKeptForAllocation()) return false;
   errno = saved_errno;
   return true;
 }
-
-}  // namespace
 
 bool InBootstrapArena(const void* ptr) {
   const char* p = static_cast<const char*>(ptr);

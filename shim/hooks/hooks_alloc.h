@@ -24,6 +24,12 @@ extern std::atomic<int64_t> g_alloc_gauge;
 // (MemoryGuard::MakeRoomFor). For sizes of MemoryBudget::kAnnounceMin and more.
 void AnnounceAllocation(size_t bytes);
 
+// The program's allocation of `bytes` failed while lazypin keeps memory:
+// everything kept is released (MemoryGuard::ReleaseKeptForAllocation) and
+// true says to try once more, with errno put back to `saved_errno` (so that
+// a retry that succeeds leaves errno as a first success would have).
+bool RetryAfterRelease(int saved_errno, size_t bytes);
+
 // True if freed blocks may come back here: the process's malloc family is
 // lazypin's hooks and the next definitions are glibc's (another allocator,
 // preloaded before or after lazypin, has other block sizes and layouts:

@@ -437,14 +437,25 @@ void AfterBatch3D(CUresult result, size_t count, const CUDA_MEMCPY3D_BATCH_OP* o
 // the copy runs as asked, and a stream that is not capturing is synchronized.
 constexpr size_t kStageChunk = size_t{1} << 20;
 
+// This thread's scratch: trivially destructible, so that it can be read to
+// the thread's very end; ScratchOwner's destructor (thread exit, exit())
+// unmaps it and clears it. Program code that runs after that (its own
+// thread_local destructors, pthread key destructors, atexit handlers) finds
+// no scratch and copies as it asked.
+struct ScratchSlot {
+  void* p = nullptr;
+  bool tried = false;
+};
+thread_local ScratchSlot t_scratch;
+struct ScratchOwner {
+  ~ScratchOwner() {
+    UnmapScratch(t_scratch.p, kStageChunk);
+    t_scratch.p = nullptr;
+  }
+};
+
 // This thread's scratch (kStageChunk bytes), or null where none can be had.
 void* ThreadScratch(Dispatch* dispatch) {
-  struct Scratch {
-    void* p = nullptr;
-    bool tried = false;
-    ~Scratch() { UnmapScratch(p, kStageChunk); }
-  };
-  static thread_local Scratch t_scratch;
   if (!t_scratch.tried) {
     t_scratch.tried = true;
     void* p = MapScratch(kStageChunk);
@@ -457,6 +468,8 @@ void* ThreadScratch(Dispatch* dispatch) {
       UnmapScratch(p, kStageChunk);
       return nullptr;
     }
+    static thread_local ScratchOwner owner;
+    (void)owner;
     t_scratch.p = p;
   }
   return t_scratch.p;
@@ -475,6 +488,19 @@ Dispatch* StagingDispatch(uintptr_t src, size_t bytes) {
   Dispatch* dispatch = PublishedDispatch();
   return dispatch != nullptr && dispatch->CopiesFromDeferred(src, RangeEnd(src, bytes)) ? dispatch
                                                                                          : nullptr;
+}
+
+// Whether the driver takes a copy of `bytes` to `dst` as a whole: the device
+// allocation holding dst holds all of it. Else the copy is not staged, and
+// the driver refuses it before a byte moves, as without lazypin.
+bool DestinationHolds(CUdeviceptr dst, size_t bytes) {
+  using AddressRangeFn = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
+  static real::Lazy<AddressRangeFn> address_range;
+  auto range = address_range.Get(&real::Driver, "cuMemGetAddressRange_v2");
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  return range != nullptr && range(&base, &size, dst) == CUDA_SUCCESS && dst >= base &&
+         bytes <= size - (dst - base);
 }
 
 // The copy of `bytes` from host `src` to `dst` on `stream` (the resolved one,
@@ -509,7 +535,8 @@ CUresult StagedHtoD(Dispatch* dispatch, CUdeviceptr dst, uintptr_t src, size_t b
     if (RecordingCapture(S) != 0) AFTER_STAGED_##NAME(S);                                \
     BEFORE_STAGED_##NAME(#HOOKED);                                                       \
     Dispatch* dispatch = StagingDispatch(uintptr_t(src), bytes);                         \
-    if (dispatch != nullptr && !Captures().Any() && !dispatch->StreamIdle(S)) {          \
+    if (dispatch != nullptr && !Captures().Any() && !dispatch->StreamIdle(S) &&          \
+        DestinationHolds(dst, bytes)) {                                                  \
       result = StagedHtoD(dispatch, dst, uintptr_t(src), bytes, S,                       \
                           [&](CUdeviceptr d, uintptr_t from, size_t n) {                 \
                             return real(d, (decltype(src))(from), n, stream);            \

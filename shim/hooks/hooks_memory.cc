@@ -18,6 +18,7 @@
 #include <linux/ioctl.h>
 #include <linux/userfaultfd.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/shm.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -272,8 +273,15 @@ static void* MmapHook(real::Lazy<MmapFn>& lazy, const char* name, void* addr, si
       g_alloc_gauge.load(std::memory_order_relaxed) != 0) {
     AnnounceAllocation(len);
   }
-  if (MmapFn real = lazy.Get(&real::Next, name)) return real(addr, len, prot, flags, fd, offset);
-  return reinterpret_cast<void*>(syscall(SYS_mmap, addr, len, prot, flags, fd, offset));
+  const int saved_errno = errno;
+  MmapFn real = lazy.Get(&real::Next, name);
+  auto map = [&] {
+    return real != nullptr ? real(addr, len, prot, flags, fd, offset)
+                           : reinterpret_cast<void*>(syscall(SYS_mmap, addr, len, prot, flags, fd, offset));
+  };
+  void* p = map();
+  if (p == MAP_FAILED && errno == ENOMEM && RetryAfterRelease(saved_errno, len)) p = map();
+  return p;
 }
 
 LAZYPIN_EXPORT void* mmap(void* addr, size_t len, int prot, int flags, int fd, off_t offset) {
@@ -373,6 +381,59 @@ LAZYPIN_EXPORT int pkey_mprotect(void* addr, size_t len, int prot, int pkey) {
     return real(addr, len, prot, pkey);
   }
   return static_cast<int>(syscall(SYS_pkey_mprotect, addr, len, prot, pkey));
+}
+
+// Address-space limits the headroom counts (memory_limit.h): once the
+// program lowered one, kept memory yields to it before the call returns, so
+// that its next allocation finds what it would bare. glibc's setrlimit makes
+// the system call itself, so each entry point is hooked.
+namespace {
+using SetrlimitFn = int (*)(__rlimit_resource_t, const struct rlimit*);
+using PrlimitFn = int (*)(pid_t, enum __rlimit_resource, const struct rlimit*, struct rlimit*);
+real::Lazy<SetrlimitFn> g_setrlimit, g_setrlimit64;
+real::Lazy<PrlimitFn> g_prlimit, g_prlimit64;
+
+int LimitSet(int rc, pid_t pid, int resource, const struct rlimit* limit) {
+  if (rc == 0 && limit != nullptr && (resource == RLIMIT_AS || resource == RLIMIT_DATA) &&
+      (pid == 0 || pid == getpid()) && g_alloc_gauge.load(std::memory_order_relaxed) != 0) {
+    const int saved_errno = errno;
+    if (const MemoryGuard* guard = Guard()) guard->LimitsChanged();
+    errno = saved_errno;
+  }
+  return rc;
+}
+
+int RealPrlimit(real::Lazy<PrlimitFn>& lazy, const char* name, pid_t pid, enum __rlimit_resource resource,
+                const struct rlimit* limit, struct rlimit* old) {
+  if (PrlimitFn real = lazy.Get(&real::Next, name)) return real(pid, resource, limit, old);
+  return static_cast<int>(syscall(SYS_prlimit64, pid, resource, limit, old));
+}
+}  // namespace
+
+LAZYPIN_EXPORT int setrlimit(__rlimit_resource_t resource, const struct rlimit* limit) {
+  SetrlimitFn real = g_setrlimit.Get(&real::Next, "setrlimit");
+  const int rc = real != nullptr ? real(resource, limit) : RealPrlimit(g_prlimit, "prlimit", 0, static_cast<enum __rlimit_resource>(resource), limit, nullptr);
+  return LimitSet(rc, 0, resource, limit);
+}
+
+LAZYPIN_EXPORT int setrlimit64(__rlimit_resource_t resource, const struct rlimit64* limit) {
+  const auto* same = reinterpret_cast<const struct rlimit*>(limit);  // one layout on 64-bit Linux
+  SetrlimitFn real = g_setrlimit64.Get(&real::Next, "setrlimit64");
+  const int rc = real != nullptr ? real(resource, same) : RealPrlimit(g_prlimit64, "prlimit64", 0, static_cast<enum __rlimit_resource>(resource), same, nullptr);
+  return LimitSet(rc, 0, resource, same);
+}
+
+LAZYPIN_EXPORT int prlimit(pid_t pid, enum __rlimit_resource resource, const struct rlimit* limit,
+                           struct rlimit* old) {
+  return LimitSet(RealPrlimit(g_prlimit, "prlimit", pid, resource, limit, old), pid, resource, limit);
+}
+
+LAZYPIN_EXPORT int prlimit64(pid_t pid, enum __rlimit_resource resource, const struct rlimit64* limit,
+                             struct rlimit64* old) {
+  const auto* same = reinterpret_cast<const struct rlimit*>(limit);
+  return LimitSet(RealPrlimit(g_prlimit64, "prlimit64", pid, resource, same,
+                              reinterpret_cast<struct rlimit*>(old)),
+                  pid, resource, same);
 }
 
 // Calls that act on memory without releasing it (each fails on unmapped

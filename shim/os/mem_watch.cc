@@ -99,7 +99,7 @@ int OpenUserfaultfd(std::string* why) {
       close(dev);
     }
   }
-  if (fd >= 0) return MoveFdHigh(fd);  // out of the program's way (descriptors.h)
+  if (fd >= 0) return fd;
   char line[512];
   snprintf(line, sizeof line,
            "userfaultfd refused: syscall(user-mode-only): %s, syscall: %s, /dev/userfaultfd: %s "
@@ -131,6 +131,7 @@ const char* WatchRefusalName(WatchRefusal refusal) {
     case WatchRefusal::kOwnedByProgram: return "owned_by_program";
     case WatchRefusal::kUnwatchable: return "unwatchable";
     case WatchRefusal::kTooMany: return "too_many";
+    case WatchRefusal::kLost: return "descriptor_lost";
   }
   return "?";
 }
@@ -183,10 +184,10 @@ std::unique_ptr<MemWatch> MemWatch::Open(std::string* why, MemWatchOptions optio
 }
 
 MemWatch::MemWatch(int fd, MemWatchOptions options, size_t max_runs)
-    : fd_(fd),
-      max_runs_(max_runs),
+    : max_runs_(max_runs),
       ring_(new Event[options.ring_capacity]),
       ring_capacity_(options.ring_capacity) {
+  fd_.Hold(fd);  // out of the program's way (descriptors.h)
   reader_ = StartThreadWithSignalsBlocked([this] {
     pthread_setname_np(pthread_self(), "lazypin-watch");
     ReaderLoop();
@@ -231,7 +232,7 @@ MemWatch::~MemWatch() {
   void* page = mmap(nullptr, PageSize(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (page != MAP_FAILED) {
     const uintptr_t p = reinterpret_cast<uintptr_t>(page);
-    if (RegisterWp(fd_, p, p + PageSize())) {
+    if (FdOurs() && RegisterWp(fd_.get(), p, p + PageSize())) {
       stop_page_.store(p, std::memory_order_release);
       told = true;
     }
@@ -239,7 +240,7 @@ MemWatch::~MemWatch() {
   }
   if (!told) stop_.store(true, std::memory_order_release);
   if (reader_.joinable()) reader_.join();
-  close(fd_);  // releases any thread still waiting on an unread event
+  fd_.Close();  // releases any thread still waiting on an unread event
 }
 
 void MemWatch::AbandonAfterFork() {
@@ -247,18 +248,21 @@ void MemWatch::AbandonAfterFork() {
   watched_runs_.store(0, std::memory_order_relaxed);
   // Closing drops only this process's reference to the parent's descriptor,
   // so that it never keeps the parent's registrations alive (no ioctl).
-  close(fd_);
-  fd_ = -1;
+  fd_.Close();
 }
 
 void MemWatch::ReaderLoop() {
   ScopedInsideLazypin inside;  // nothing it calls is lazypin's to intercept
-  struct pollfd fds[1] = {{fd_, POLLIN, 0}};
+  struct pollfd fds[1] = {{fd_.get(), POLLIN, 0}};
   for (;;) {
     // The timeout matters only to a destructor that could not map its page
     // (see ~MemWatch); otherwise an idle reader wakes every 10 s for nothing.
     const int r = poll(fds, 1, 10000);
     if (stop_.load(std::memory_order_acquire)) return;
+    // The number is the program's now: never read it (its poll above held
+    // the old file; returning lets the kernel release it, and with it any
+    // unmapping thread still waiting on an event).
+    if (!FdOurs()) return;
     if (r < 0) continue;  // EINTR (signals are blocked here) or ENOMEM: poll again
     if (fds[0].revents & POLLIN) {
       reading_.fetch_add(1, std::memory_order_seq_cst);  // odd: in a pass
@@ -276,10 +280,20 @@ void MemWatch::ReaderLoop() {
   }
 }
 
+bool MemWatch::FdOurs() {
+  if (fd_.Ours()) return true;
+  if (!lost_.exchange(true, std::memory_order_acq_rel)) {
+    overflow_.store(true, std::memory_order_release);
+    overflows_.fetch_add(1, std::memory_order_relaxed);
+  }
+  return false;
+}
+
 void MemWatch::ReadEvents(absl::FunctionRef<void(const Event&)> take) {
   struct uffd_msg msgs[16];
   for (;;) {
-    const ssize_t n = read(fd_, msgs, sizeof msgs);
+    if (!FdOurs()) return;
+    const ssize_t n = read(fd_.get(), msgs, sizeof msgs);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return;  // EAGAIN: nothing queued
     const size_t count = static_cast<size_t>(n) / sizeof msgs[0];
@@ -392,7 +406,7 @@ void MemWatch::Unregister(uintptr_t lo, uintptr_t hi) {
   // Errors are expected and harmless: the pages may be unmapped, or belong
   // now to a mapping the kernel never registered with us.
   struct uffdio_range range = {lo, hi - lo};
-  ioctl(fd_, UFFDIO_UNREGISTER, &range);
+  if (fd_.Ours()) ioctl(fd_.get(), UFFDIO_UNREGISTER, &range);
 }
 
 void MemWatch::UnregisterUncountedLocked(uintptr_t lo, uintptr_t hi) {
@@ -440,7 +454,11 @@ bool MemWatch::Watch(uintptr_t lo, uintptr_t hi, WatchRefusal* refusal) {
   // The whole range, every time: registering pages already registered with
   // this descriptor is allowed, and it re-arms pages whose VMA the kernel
   // replaced since (a munmap and a new mapping at the same address).
-  if (!RegisterWp(fd_, lo, hi)) {
+  if (!FdOurs()) {
+    *refusal = WatchRefusal::kLost;
+    return false;
+  }
+  if (!RegisterWp(fd_.get(), lo, hi)) {
     const int err = errno;
     if (err == EBUSY) {
       *refusal = WatchRefusal::kOwnedByProgram;  // refused before any change

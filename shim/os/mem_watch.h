@@ -19,6 +19,10 @@
 //    event the kernel has queued so far (see Drain).
 //  - A fork child does not inherit the registrations (EVENT_FORK is not
 //    asked); it calls AbandonAfterFork().
+//  - The descriptor is used only while it is lazypin's (HeldFd). A program
+//    that dup2()s onto its number ends the watch (the kernel drops every
+//    registration with the file): the first drain after that applies
+//    "everything is dirty", and no range is watched again (kLost).
 #pragma once
 
 #include <atomic>
@@ -30,6 +34,7 @@
 #include <string>
 #include <thread>
 
+#include "descriptors.h"
 #include "thread_state.h"
 
 #include "absl/base/thread_annotations.h"
@@ -44,6 +49,7 @@ enum class WatchRefusal {
   kOwnedByProgram,  // EBUSY: the program has its own userfaultfd on it: lazypin steps aside
   kUnwatchable,     // EINVAL: a mapping userfaultfd cannot watch (a regular file, SysV shm)
   kTooMany,         // past the bound on watched ranges (vm.max_map_count headroom)
+  kLost,            // the program took the watch's descriptor number over (dup2)
 };
 const char* WatchRefusalName(WatchRefusal refusal);
 
@@ -175,7 +181,12 @@ class MemWatch {
   void Unregister(uintptr_t lo, uintptr_t hi);
   void PublishRunsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  int fd_;  // the one descriptor the watch holds
+  // The descriptor still ours, else lost_ set (and overflow_: everything is
+  // dirty at the next drain). Any thread.
+  bool FdOurs();
+
+  HeldFd fd_;  // the one descriptor the watch holds
+  std::atomic<bool> lost_{false};
   std::atomic<uintptr_t> stop_page_{0};  // the destructor's page: its unmap event sets stop_
   std::atomic<bool> stop_{false};          // the reader returns
   const size_t max_runs_;

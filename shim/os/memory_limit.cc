@@ -5,8 +5,10 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <initializer_list>
 
@@ -76,16 +78,18 @@ MemoryProbe::MemoryProbe(bool open_files) {
     }
   }
   if (open_files) {
+    held_ = true;
     if (limit_path_[0] != '\0') {
-      limit_fd_ = open(limit_path_, O_RDONLY | O_CLOEXEC);
-      usage_fd_ = open(usage_path_, O_RDONLY | O_CLOEXEC);
-      if (limit_fd_ < 0 || usage_fd_ < 0) {
-        if (limit_fd_ >= 0) close(limit_fd_);
-        if (usage_fd_ >= 0) close(usage_fd_);
-        limit_fd_ = usage_fd_ = -1;
+      limit_fd_.Hold(open(limit_path_, O_RDONLY | O_CLOEXEC));
+      usage_fd_.Hold(open(usage_path_, O_RDONLY | O_CLOEXEC));
+      if (limit_fd_.get() < 0 || usage_fd_.get() < 0) {
+        limit_fd_.Close();
+        usage_fd_.Close();
+        limit_path_[0] = usage_path_[0] = '\0';
       }
     }
-    meminfo_fd_ = open("/proc/meminfo", O_RDONLY | O_CLOEXEC);
+    meminfo_fd_.Hold(open("/proc/meminfo", O_RDONLY | O_CLOEXEC));
+    statm_fd_.Hold(open("/proc/self/statm", O_RDONLY | O_CLOEXEC));
   }
 }
 
@@ -93,36 +97,61 @@ MemoryProbe::MemoryProbe(const char* limit_path, const char* usage_path,
                          const char* meminfo_path) {
   snprintf(limit_path_, sizeof(limit_path_), "%s", limit_path);
   snprintf(usage_path_, sizeof(usage_path_), "%s", usage_path);
-  if (limit_path[0] != '\0') limit_fd_ = open(limit_path, O_RDONLY | O_CLOEXEC);
-  if (usage_path[0] != '\0') usage_fd_ = open(usage_path, O_RDONLY | O_CLOEXEC);
+  if (limit_path[0] != '\0') limit_fd_.Hold(open(limit_path, O_RDONLY | O_CLOEXEC));
+  if (usage_path[0] != '\0') usage_fd_.Hold(open(usage_path, O_RDONLY | O_CLOEXEC));
   snprintf(meminfo_path_, sizeof(meminfo_path_), "%s", "");
-  if (meminfo_path[0] != '\0') meminfo_fd_ = open(meminfo_path, O_RDONLY | O_CLOEXEC);
+  if (meminfo_path[0] != '\0') meminfo_fd_.Hold(open(meminfo_path, O_RDONLY | O_CLOEXEC));
 }
 
 MemoryProbe::~MemoryProbe() {
-  for (int fd : {limit_fd_, usage_fd_, meminfo_fd_}) {
-    if (fd >= 0) close(fd);
-  }
+  for (HeldFd* fd : {&limit_fd_, &usage_fd_, &meminfo_fd_, &statm_fd_}) fd->Close();
 }
 
 uint64_t MemoryProbe::Limit() const {
   const uint64_t ram = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
                        static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  const int64_t limit = limit_fd_ >= 0 ? ReadNumber(limit_fd_, nullptr) : ReadPath(limit_path_);
+  const int64_t limit =
+      limit_fd_.Ours() ? ReadNumber(limit_fd_.get(), nullptr) : ReadPath(limit_path_);
   return limit > 0 && static_cast<uint64_t>(limit) < ram ? static_cast<uint64_t>(limit) : ram;
 }
 
 namespace {
 
-// `fd` if open, else `path` opened for this one reading.
-int64_t ReadHeldOr(int fd, const char* path, const char* key) {
-  if (fd >= 0) return ReadNumber(fd, key);
-  if (path[0] == '\0') return -1;
-  const int own = open(path, O_RDONLY | O_CLOEXEC);
-  if (own < 0) return -1;
-  const int64_t v = ReadNumber(own, key);
-  close(own);
-  return v;
+// A held file's number after `key`: -1 when unreadable; *lost when the file
+// was held and the program took its descriptor over.
+int64_t ReadHeld(HeldFd& fd, const char* key, bool* lost) {
+  const bool had = fd.get() >= 0;
+  if (fd.Ours()) return ReadNumber(fd.get(), key);
+  if (had) *lost = true;
+  return -1;
+}
+
+// rlim_cur of `resource` less `used` bytes; INT64_MAX without a limit.
+int64_t RlimitLeft(int resource, int64_t used) {
+  struct rlimit limit;
+  if (used < 0 || getrlimit(resource, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY ||
+      limit.rlim_cur > static_cast<rlim_t>(INT64_MAX)) {
+    return INT64_MAX;
+  }
+  return static_cast<int64_t>(limit.rlim_cur) - used;
+}
+
+// statm's `index`th field (0: size, 5: data), in bytes; -1 when unreadable.
+int64_t StatmBytes(int fd, int index) {
+  if (fd < 0) return -1;
+  char buf[256];
+  const ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+  if (n <= 0) return -1;
+  buf[n] = '\0';
+  const char* p = buf;
+  for (int i = 0; i < index; ++i) {
+    p = strchr(p, ' ');
+    if (p == nullptr) return -1;
+    ++p;
+  }
+  int64_t pages = 0;
+  for (; *p >= '0' && *p <= '9'; ++p) pages = pages * 10 + (*p - '0');
+  return pages * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
 }
 
 }  // namespace
@@ -131,17 +160,31 @@ int64_t MemoryProbe::Headroom() const {
   // Read from the free hook (a block kept): errno is the program's.
   const int saved_errno = errno;
   int64_t headroom = INT64_MAX;
-  const int64_t limit = ReadHeldOr(limit_fd_, limit_path_, nullptr);  // -1: "max", no limit
+  bool lost = false;
+  const int64_t limit = ReadHeld(limit_fd_, nullptr, &lost);  // -1: "max", no limit
   if (limit > 0) {
-    const int64_t usage = ReadHeldOr(usage_fd_, usage_path_, nullptr);
+    const int64_t usage = ReadHeld(usage_fd_, nullptr, &lost);
     if (usage >= 0) headroom = limit - usage;
   }
-  const int64_t available_kb = ReadHeldOr(meminfo_fd_, meminfo_path_, "MemAvailable:");
+  const int64_t available_kb = ReadHeld(meminfo_fd_, "MemAvailable:", &lost);
   if (available_kb >= 0 && available_kb < INT64_MAX / 1024) {
-    headroom = headroom < available_kb * 1024 ? headroom : available_kb * 1024;
+    headroom = std::min(headroom, available_kb * 1024);
+  }
+  struct rlimit as, data;
+  const bool as_set = getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY;
+  const bool data_set = getrlimit(RLIMIT_DATA, &data) == 0 && data.rlim_cur != RLIM_INFINITY;
+  if ((as_set || data_set) && statm_fd_.get() >= 0) {
+    if (!statm_fd_.Ours()) {
+      lost = true;
+    } else {
+      if (as_set) headroom = std::min(headroom, RlimitLeft(RLIMIT_AS, StatmBytes(statm_fd_.get(), 0)));
+      if (data_set) {
+        headroom = std::min(headroom, RlimitLeft(RLIMIT_DATA, StatmBytes(statm_fd_.get(), 5)));
+      }
+    }
   }
   errno = saved_errno;
-  return headroom;
+  return lost && held_ ? 0 : headroom;
 }
 
 }  // namespace lazypin

@@ -4,20 +4,22 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <atomic>
+#include <algorithm>
+
+#include "descriptors.h"
 
 namespace lazypin {
 
 bool ReadPageFrames(uintptr_t ptr, size_t bytes, std::vector<uint64_t>* frames) {
-  static std::atomic<int> fd{-2};
-  int f = fd.load(std::memory_order_acquire);
-  if (f == -2) {
-    const int opened = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-    int expected = -2;
-    if (!fd.compare_exchange_strong(expected, opened) && opened >= 0) ::close(opened);
-    f = fd.load(std::memory_order_acquire);
-  }
-  if (f < 0 || bytes == 0) return false;
+  // Opened by the first reading (a register's, on the program's thread),
+  // held high and used only while it is lazypin's (descriptors.h).
+  static HeldFd* const pagemap = [] {
+    auto* held = new HeldFd;  // never destroyed: readings may run until the end
+    held->Hold(::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC));
+    return held;
+  }();
+  if (bytes == 0 || !pagemap->Ours()) return false;
+  const int f = pagemap->get();
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   const uintptr_t first = ptr / page, last = (ptr + bytes - 1) / page;
   frames->assign(last - first + 1, 0);

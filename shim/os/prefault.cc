@@ -101,6 +101,8 @@ bool ShouldPrefault(uintptr_t lo, uintptr_t hi, unsigned flags, int threads) {
   return PrefaultableRange(lo, hi);
 }
 
+constexpr size_t kHelperStack = size_t{64} << 10;
+
 int PrefaultRange(uintptr_t lo, uintptr_t hi, int threads) {
   lo = PageFloor(lo);
   hi = PageCeil(hi);
@@ -123,10 +125,16 @@ int PrefaultRange(uintptr_t lo, uintptr_t hi, int threads) {
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &old);
+  // A small stack (a helper only touches pages): glibc keeps the stacks of
+  // joined threads mapped for reuse, address space the program's RLIMIT_AS counts.
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, kHelperStack);
   for (int i = 1; i < n; ++i) {
     chunks[i].node = node;
-    started[i] = pthread_create(&helpers[i], nullptr, &PopulateChunk, &chunks[i]) == 0;
+    started[i] = pthread_create(&helpers[i], &attr, &PopulateChunk, &chunks[i]) == 0;
   }
+  pthread_attr_destroy(&attr);
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   chunks[0].ok = Populate(chunks[0].lo, chunks[0].hi);
   int ok = chunks[0].ok ? 1 : 0;

@@ -44,7 +44,7 @@ void SignalHandler(int sig) {
 // yet): switches it to what a fork's child does. Async-signal-safe.
 bool LeftSetUpProcess() {
   if (g_shim == nullptr || !g_shim->InCopiedProcess()) return false;
-  g_shim->InForkChild();
+  g_shim->InForkChild(/*raw_copy=*/true);
   return true;
 }
 
@@ -150,13 +150,13 @@ void Shim::AfterForkInParent() {
   if (watch_) watch_->HoldUnwatches(false);
 }
 
-void Shim::InForkChild() {
+void Shim::InForkChild(bool raw_copy) {
   // The child has one thread and none of ours, and any lock of ours may have
   // been held by another thread when it was made: forget the pool without a
   // driver call or a lock, leave the parent's log alone, pass everything
   // through. Async-signal-safe (a clone's child may come here from a signal).
   in_child_ = true;
-  if (pool_) pool_->AbandonAfterFork();
+  if (pool_) pool_->AbandonAfterFork(raw_copy);
   if (host_cache_) host_cache_->AbandonAfterFork();
   g_alloc_gauge.store(0, std::memory_order_relaxed);  // nothing is served or kept here
   if (watch_) watch_->AbandonAfterFork();

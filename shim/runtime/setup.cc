@@ -76,7 +76,10 @@ void Shim::Init() {
   if (effective_ == Mode::kDefer) {
     pool_driver_ = MakeCudaPoolDriver(watch_.get(), config_.defer_shared, config_.prefault_threads);
     pool_ = std::make_unique<Pool>(pool_driver_.get(), recorder_.get(), PoolLimitsFrom(config_));
-    probe_ = std::make_unique<MemoryProbe>(/*open_files=*/false);  // no descriptor held
+    // Its files are opened here, on the program's thread, and only where
+    // anything may be kept (the README's "What lazypin holds").
+    probe_ = std::make_unique<MemoryProbe>(
+        /*open_files=*/config_.host_alloc_bytes > 0 || config_.reuse_freed != 0);
     budget_ = std::make_unique<MemoryBudget>(&MemoryProbe::HeadroomOf, probe_.get(),
                                              config_.keep_margin, &g_alloc_gauge);
     if (config_.host_alloc_bytes > 0) {

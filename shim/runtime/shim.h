@@ -53,7 +53,8 @@ class Shim {
   void OnSignal(int sig);
   void BeforeFork();
   void AfterForkInParent();
-  void InForkChild();
+  // `raw_copy`: a copy fork()'s handlers did not reach (LeftSetUpProcess).
+  void InForkChild(bool raw_copy = false);
   // True in a copy of the process that fork's handlers did not reach.
   // Async-signal-safe.
   bool InCopiedProcess() const { return process_.InCopy(); }

@@ -360,24 +360,47 @@ void Log::Adopt(int fd, std::string path) {
   if (getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
     size_limit_ = limit.rlim_cur;
   }
-  fd_ = fd;
+  fd_.Hold(fd);
   path_ = std::move(path);
+}
+
+void Log::CreateFileSlow() {
+  if (create_requested_.exchange(true, std::memory_order_acq_rel)) return;
+  created_file_ = CreateLogFile(path_);
+  if (!created_file_.message.empty()) fprintf(stderr, "%s\n", created_file_.message.c_str());
+  created_.store(true, std::memory_order_release);
+  wake_.fetch_add(1, std::memory_order_release);
+  FutexWake(&wake_, 1);
+}
+
+int Log::OwnFd() {
+  if (fd_.Ours()) return fd_.get();
+  if (reopened_.exchange(true, std::memory_order_relaxed)) return -1;
+  const int fd = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return -1;
+  if (!fd_.SameFile(fd)) {
+    ::close(fd);
+    return -1;
+  }
+  return fd_.Hold(fd) ? fd_.get() : -1;
 }
 
 void Log::GiveUp() { file_state_.store(kGaveUp, std::memory_order_release); }
 
 void Log::RunWriter(Preamble preamble) {
-  // The file is created once the first record is there (the first push
-  // wakes this thread): a process that never makes a call lazypin records
-  // gets no file, and this thread sleeps until its exit.
+  // The file is created by the first recorded call's thread
+  // (CreateFileNow): a process that never makes a call lazypin records gets
+  // no file, and this thread sleeps until its exit.
   for (;;) {
     const uint32_t seen = wake_.load(std::memory_order_acquire);
-    if (ring_.pushed() != 0 || stop_writer_.load(std::memory_order_acquire)) break;
+    if (created_.load(std::memory_order_acquire) || stop_writer_.load(std::memory_order_acquire)) {
+      break;
+    }
     FutexWait(&wake_, seen, -1);
   }
-  if (file_state_.load(std::memory_order_acquire) == kCreating) {
-    CreatedLogFile file = CreateLogFile(path_);
-    if (!file.message.empty()) fprintf(stderr, "%s\n", file.message.c_str());
+  if (file_state_.load(std::memory_order_acquire) == kCreating &&
+      created_.load(std::memory_order_acquire)) {
+    CreatedLogFile& file = created_file_;
     if (file.fd < 0) {
       GiveUp();  // the records are still taken (and counted by the Formatter)
     } else {
@@ -415,10 +438,11 @@ void Log::Write(std::string line) {
   if (closed_.load(std::memory_order_acquire)) return;
   LogEntry entry;
   entry.kind = LogEntry::Kind::kText;
-  entry.text = new std::string(std::move(line));
+  entry.text = new (std::nothrow) std::string(std::move(line));
+  if (entry.text == nullptr) return CountDropped();
   const uint64_t pos = ring_.TryPush(entry);
   if (pos == 0) return PushSlow(entry);
-  if (pos == 1) Wake();  // the first record: the writer creates the file
+  if (pos == 1) Wake();
 }
 
 void Log::PushSlow(const LogEntry& entry) {
@@ -447,7 +471,7 @@ void Log::Drain() {
   if (chunk_.capacity() == 0) chunk_.reserve(1 << 16);
   auto flush = [&] {
     if (!chunk_.empty() && writing && failed_errno_.load(std::memory_order_relaxed) == 0 &&
-        !WriteAll(fd_, chunk_.data(), chunk_.size(), &offset_, size_limit_)) {
+        !WriteAll(OwnFd(), chunk_.data(), chunk_.size(), &offset_, size_limit_)) {
       failed_errno_.store(errno == 0 ? EIO : errno, std::memory_order_relaxed);
     }
     chunk_.clear();
@@ -493,6 +517,7 @@ void Log::Close(const std::function<std::string()>& last_line) {
   // while the process exits.
   std::lock_guard<std::mutex> lock(close_mu_);
   if (closed_.exchange(true)) return;
+  if (ring_.pushed() != 0) CreateFileNow();  // records, but no recorded call made the file
   stop_writer_.store(true, std::memory_order_release);
   wake_.fetch_add(1, std::memory_order_release);
   FutexWake(&wake_, 1);
@@ -521,8 +546,9 @@ void Log::DrainFromSignal(int timeout_ms) {
 
 bool Log::WriteLine(std::string_view line) {
   if (failed_errno_.load(std::memory_order_relaxed) != 0) return false;
-  if (!WriteAll(fd_, line.data(), line.size(), &offset_, size_limit_) ||
-      !WriteAll(fd_, "\n", 1, &offset_, size_limit_)) {
+  const int fd = OwnFd();
+  if (!WriteAll(fd, line.data(), line.size(), &offset_, size_limit_) ||
+      !WriteAll(fd, "\n", 1, &offset_, size_limit_)) {
     failed_errno_.store(errno == 0 ? EIO : errno, std::memory_order_relaxed);
     return false;
   }

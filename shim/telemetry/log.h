@@ -29,6 +29,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "log_entry.h"
+#include "descriptors.h"
 #include "log_ring.h"
 
 namespace lazypin {
@@ -120,12 +121,20 @@ class Log {
   // The lines a log starts with (the header, warnings), made by the writer
   // thread once the file exists; `path` is the name it was created under.
   using Preamble = std::function<std::vector<std::string>(const std::string& path)>;
-  // For a Deferred() log, once: starts the writer thread, which creates the
-  // file (Open's policy, its messages on stderr), writes `preamble`'s lines,
-  // then the records written so far and from then on. When the file cannot
-  // be created, records are dropped. False when no thread could be started
-  // (then records are dropped too).
+  // For a Deferred() log, once: starts the writer thread, which waits for
+  // the file (CreateFileNow), writes `preamble`'s lines, then the records
+  // written so far and from then on. When the file cannot be created,
+  // records are dropped. False when no thread could be started (then
+  // records are dropped too).
   bool Start(Preamble preamble);
+  // Creates a Deferred() log's file on this thread (Open's policy, its
+  // message on stderr), once; later calls: one load. On a program thread,
+  // inside a call it made (the first recorded call): the descriptors the
+  // creation opens for a moment are never one another thread of the program
+  // could get meanwhile from open().
+  void CreateFileNow() {
+    if (!create_requested_.load(std::memory_order_relaxed)) CreateFileSlow();
+  }
 
   // Adds one record: a binary entry (the hot path: a copy into the ring) or a
   // line (no newline; moved to the heap: rare records only).
@@ -138,6 +147,8 @@ class Log {
     if (pos == 1 || (pos & (LogRing::kSlots / 2 - 1)) == 0) Wake();
   }
   void Write(std::string line);
+  // A record that could not be made (no memory for it): counted as dropped.
+  void CountDropped() { dropped_.fetch_add(1, std::memory_order_relaxed); }
   // Waits for the file's creation and for the writer to take every record,
   // adds `last_line()` (made then, after the Formatter saw every record) as
   // the last record, writes everything, and drops any later Write(). Idempotent.
@@ -163,6 +174,10 @@ class Log {
   Log(std::string path, Formatter format) : path_(std::move(path)), format_(std::move(format)) {}
   bool StartWriter(Preamble preamble);  // false: no thread
   void Adopt(int fd, std::string path);  // the created file (the caller then sets kWriting)
+  void CreateFileSlow();
+  // The file's descriptor while it is lazypin's; after the program took its
+  // number over, the same file reopened by its name (once), else -1.
+  int OwnFd();
   void GiveUp();                         // no file: kGaveUp, records formatted and dropped
   void RunWriter(Preamble preamble);     // the writer thread's body
   void Drain();                          // the consumer: takes, formats and writes every record
@@ -170,8 +185,12 @@ class Log {
   void Wake();                           // the writer looks now
   bool WriteLine(std::string_view data); // `data` and a newline, to the file
 
-  int fd_ = -1;  // set once, before file_state_ becomes kWriting
+  HeldFd fd_;  // set before file_state_ becomes kWriting
+  std::atomic<bool> reopened_{false};
   std::string path_;
+  std::atomic<bool> create_requested_{false};
+  std::atomic<bool> created_{false};  // CreateFileSlow ran: created_file_ is the writer's
+  CreatedLogFile created_file_;
   std::atomic<int> file_state_{kCreating};
   std::atomic<uint64_t> written_upto_{0};  // records taken and written (or dropped: no file)
   std::atomic<uint64_t> dropped_{0};       // records the full ring refused

@@ -107,6 +107,7 @@ void Recorder::Record(const CallRecord& record) {
   entry.stack = static_cast<int16_t>(stack);
   entry.device = static_cast<int8_t>(record.device);
   log_->Write(entry);
+  log_->CreateFileNow();
   on_first_record_();
 }
 
@@ -200,15 +201,22 @@ bool Recorder::PastLogBound(int64_t t_ns, std::string* line) {
 
 void Recorder::OnHostRelease(uintptr_t ptr, size_t bytes, EvictReason reason, int result,
                              int64_t latency_ns, const ReleaseWait& wait) {
-  log_->Write(std::string(
-      HostReleaseRecordLine(SinceStart(), ThreadId(), ptr, bytes, reason, result, latency_ns, wait)
-          .view()));
+  // A release may be made because memory ran out (kept memory yielding to
+  // an allocation that failed): a record that cannot be had is dropped.
+  try {
+    log_->Write(std::string(
+        HostReleaseRecordLine(SinceStart(), ThreadId(), ptr, bytes, reason, result, latency_ns, wait)
+            .view()));
+  } catch (const std::bad_alloc&) {
+    log_->CountDropped();
+  }
 }
 
 void Recorder::RecordAutoPin(const AutoPinRecord& record) {
   if (record.result != kCudaSuccess) stats_.RecordAutoPinFailure();
   nvtx::AutoPinned(record.result == kCudaSuccess);
   log_->Write(std::string(AutoPinRecordLine(SinceStart(), ThreadId(), record).view()));
+  log_->CreateFileNow();
   on_first_record_();
 }
 

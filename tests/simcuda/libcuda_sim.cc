@@ -1576,6 +1576,19 @@ API CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
   return CUDA_SUCCESS;
 }
 
+// Documented: the base and size of the allocation holding `dptr`.
+API CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr dptr) {
+  if (CUresult rc = need_ctx()) return rc;
+  std::lock_guard<std::mutex> l(g().mu);
+  auto it = g().dev.upper_bound(dptr);
+  if (it == g().dev.begin()) return CUDA_ERROR_NOT_FOUND;
+  --it;
+  if (dptr >= it->first + it->second.bytes) return CUDA_ERROR_NOT_FOUND;
+  if (base) *base = it->first;
+  if (size) *size = it->second.bytes;
+  return CUDA_SUCCESS;
+}
+
 API CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) {
   return do_copy(dst, reinterpret_cast<uintptr_t>(src), n, nullptr, false, 1, 0);
 }
@@ -2193,6 +2206,7 @@ const ProcEntry kProcs[] = {
     P("cuMemFreeHost", 2000, cuMemFreeHost),
     P("cuMemAlloc", 3020, cuMemAlloc_v2),
     P("cuMemFree", 3020, cuMemFree_v2),
+    P("cuMemGetAddressRange", 3020, cuMemGetAddressRange_v2),
     P("cuMemcpyHtoD", 3020, cuMemcpyHtoD_v2),
     P("cuMemcpyDtoH", 3020, cuMemcpyDtoH_v2),
     P("cuMemcpyDtoD", 3020, cuMemcpyDtoD_v2),
