@@ -17,6 +17,36 @@ namespace lazypin {
 
 thread_local ThreadState t_state LAZYPIN_TLS;
 
+namespace {
+
+// The mask a lazypin thread waits under (IdleSignals).
+struct IdleMask {
+  bool set = false;
+  sigset_t mask;
+};
+thread_local IdleMask t_idle_mask LAZYPIN_TLS;
+
+sigset_t AllSignals() {
+  sigset_t all;
+  sigfillset(&all);
+  return all;
+}
+
+}  // namespace
+
+const sigset_t* IdleSignals() {
+  static const sigset_t all = AllSignals();
+  return t_idle_mask.set ? &t_idle_mask.mask : &all;
+}
+
+void IdleWait(const void* word, uint32_t seen, int64_t timeout_ns) {
+  if (!t_idle_mask.set) return FutexWait(word, seen, timeout_ns);
+  sigset_t working;
+  pthread_sigmask(SIG_SETMASK, &t_idle_mask.mask, &working);
+  FutexWait(word, seen, timeout_ns);
+  pthread_sigmask(SIG_SETMASK, &working, nullptr);
+}
+
 void FreeQueuedFrees() {
   // A signal handler may queue more meanwhile: take the queue with signals blocked.
   sigset_t all, old;
@@ -41,6 +71,7 @@ enum SlotState : uint32_t { kEmpty, kIdle, kClaimed, kGiven };
 struct SpareSlot {
   std::atomic<uint32_t> state{kEmpty};  // futex
   LazypinThread::Job* job = nullptr;    // set before kGiven
+  sigset_t starter_mask;                // its starting thread's signal mask
 };
 SpareSlot g_spares[kMaxSpares];
 std::atomic<pid_t> g_spares_pid{0};  // the process whose threads these are
@@ -69,10 +100,12 @@ LazypinThread::Job* GiveToIdleSpare(absl::FunctionRef<LazypinThread::Job*()> mak
 
 void* SpareMain(void* arg) {
   auto* slot = static_cast<SpareSlot*>(arg);
+  t_idle_mask.mask = slot->starter_mask;
+  t_idle_mask.set = true;
   for (;;) {
     const uint32_t state = slot->state.load(std::memory_order_acquire);
     if (state == kGiven) break;
-    FutexWait(&slot->state, state);
+    IdleWait(&slot->state, state);
   }
   LazypinThread::Job* job = slot->job;
   job->body();
@@ -82,10 +115,11 @@ void* SpareMain(void* arg) {
   return nullptr;
 }
 
-void StartSignalsBlocked(void* (*main)(void*), void* arg, bool* ok) {
+void StartSignalsBlocked(void* (*main)(void*), SpareSlot* arg, bool* ok) {
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &old);  // the new thread inherits the mask
+  arg->starter_mask = old;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -121,8 +155,12 @@ void EndUnusedSpareThreads() {
 }
 
 LazypinThread StartLazypinThread(std::function<void()> fn) {
-  std::function<void()> body = [fn = std::move(fn)] {
+  sigset_t starter;
+  pthread_sigmask(SIG_SETMASK, nullptr, &starter);
+  std::function<void()> body = [fn = std::move(fn), starter] {
     t_state.own_thread = true;
+    t_idle_mask.mask = starter;
+    t_idle_mask.set = true;
     fn();
   };
   LazypinThread out;

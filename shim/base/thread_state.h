@@ -30,6 +30,19 @@ extern thread_local ThreadState t_state LAZYPIN_TLS;
 // hook in the shim), with signals blocked while it takes the queue.
 void FreeQueuedFrees();
 
+// Signals and lazypin's threads: while one of them works, every signal is
+// blocked. While it waits for work (IdleWait, IdleSignals), it accepts the
+// signals the program's thread that started it accepted, as a thread the
+// program made then would: a signal the program sends to each of its
+// threads (a census through /proc/self/task, a collector's stop-the-world)
+// is taken, and the program's handler runs there, at a point where the
+// thread holds no lock of lazypin's.
+// FutexWait(word, seen, timeout_ns), accepting those signals meanwhile.
+void IdleWait(const void* word, uint32_t seen, int64_t timeout_ns = -1);
+// The mask to wait under (for ppoll): the starting thread's; on a thread
+// that is not lazypin's, or before one was recorded, every signal blocked.
+const sigset_t* IdleSignals();
+
 // One of lazypin's own threads (log writer, collector, kernel watch reader,
 // idle waiter), as std::thread is used: joinable(), join(), detach(). It is
 // either a thread started for it, or a spare thread started earlier

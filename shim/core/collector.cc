@@ -243,7 +243,7 @@ void Collector::Run() {
     const uint64_t seen_handed = handed_.load(std::memory_order_acquire);
     if (PostponedForCapture(MonotonicMs())) {
       // Look again soon: the capture's end is not signalled.
-      FutexWait(&wake_seq_, seq, 2 * 1000000);
+      IdleWait(&wake_seq_, seq, 2 * 1000000);
       continue;
     }
     FinishFrees();
@@ -290,7 +290,7 @@ void Collector::Run() {
         room_asked_.load(std::memory_order_acquire) != room_done_.load(std::memory_order_relaxed)) {
       continue;  // asked meanwhile
     }
-    FutexWait(&wake_seq_, seq, wait_ms * 1000000);
+    IdleWait(&wake_seq_, seq, wait_ms * 1000000);
   }
 }
 

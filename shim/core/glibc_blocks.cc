@@ -6,7 +6,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 
 namespace lazypin {
 namespace {
@@ -24,6 +26,10 @@ constexpr size_t kSizeBits = 7;     // SIZE_BITS
 // threshold of 0 is valid (glibc then mmaps what its bins and top cannot give).
 std::atomic<size_t> g_mmap_threshold{kGlibcMmapFloor};
 std::atomic<bool> g_mmap_none{false};
+// glibc's no_dyn_threshold: set by mallopt of the threshold, the trim
+// threshold, the top pad or the mmap count, and by their tunables.
+std::atomic<bool> g_static_threshold{false};
+constexpr size_t kDynamicThresholdMax = size_t{32} << 20;  // DEFAULT_MMAP_THRESHOLD_MAX (LP64)
 
 size_t Request2Size(size_t n) {
   return n + kSizeSz + kAlignMask < kMinSize ? kMinSize : (n + kSizeSz + kAlignMask) & ~kAlignMask;
@@ -65,10 +71,31 @@ FreshSizes GlibcFreshUsable(size_t bytes, size_t align, size_t page, size_t mmap
 }
 
 void GlibcNoteMallopt(int param, int value) {
+  if (param == M_MMAP_THRESHOLD || param == M_TRIM_THRESHOLD || param == M_TOP_PAD ||
+      param == M_MMAP_MAX) {
+    g_static_threshold.store(true, std::memory_order_relaxed);
+  }
   if (param == M_MMAP_THRESHOLD) {
     g_mmap_threshold.store(static_cast<size_t>(value), std::memory_order_relaxed);
   } else if (param == M_MMAP_MAX) {
     g_mmap_none.store(value <= 0, std::memory_order_relaxed);
+  }
+}
+
+bool GlibcFreeMovesThreshold(size_t chunk_bytes) {
+  return !g_static_threshold.load(std::memory_order_relaxed) && chunk_bytes <= kDynamicThresholdMax;
+}
+
+void GlibcNoteEnvironment() {
+  for (const char* name : {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_",
+                           "MALLOC_MMAP_MAX_"}) {
+    if (getenv(name) != nullptr) g_static_threshold.store(true, std::memory_order_relaxed);
+  }
+  const char* tunables = getenv("GLIBC_TUNABLES");
+  if (tunables == nullptr) return;
+  for (const char* name : {"glibc.malloc.mmap_threshold=", "glibc.malloc.trim_threshold=",
+                           "glibc.malloc.top_pad=", "glibc.malloc.mmap_max="}) {
+    if (strstr(tunables, name) != nullptr) g_static_threshold.store(true, std::memory_order_relaxed);
   }
 }
 

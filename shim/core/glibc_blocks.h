@@ -37,9 +37,20 @@ void GlibcNoteMallopt(int param, int value);
 // GlibcFreshUsable, and the smallest mmapped chunk worth parking: a fresh
 // block of its size would be mmapped again): its lowest dynamic threshold,
 // or the one mallopt set; kGlibcNoMmap after M_MMAP_MAX 0. glibc's dynamic
-// threshold, which the free of an mmapped chunk below 32 MiB raises to its
-// size, is not followed (a parked block's free leaves it where it was).
+// threshold, which the free of an mmapped chunk of up to 32 MiB raises to
+// its size, never meets a parked block: such a chunk is not parked
+// (GlibcFreeMovesThreshold).
 size_t GlibcMmapFloorNow();
+
+// Whether glibc's free of an mmapped chunk of `chunk_bytes` may raise its
+// dynamic mmap threshold (to the chunk's size, where it is at most 32 MiB;
+// not once mallopt or a tunable fixed the threshold): then later allocations
+// of that size come from the heap, and such a chunk is never kept back from
+// glibc's free (nor could a fresh block of its size be mmapped again).
+bool GlibcFreeMovesThreshold(size_t chunk_bytes);
+// At set-up: a threshold fixed through the environment (MALLOC_MMAP_THRESHOLD_
+// and its kin, GLIBC_TUNABLES' glibc.malloc.*) makes glibc's threshold static.
+void GlibcNoteEnvironment();
 
 // The block `mem` handed to free(), as glibc's free sees it first: the words
 // it reads before any other (the chunk's size, and an mmapped chunk's lead),

@@ -32,6 +32,14 @@ void HostAllocCache::Uncache(uintptr_t base, Block& b) {
   counters_.cached_entries -= 1;
 }
 
+bool HostAllocCache::OwnsItsPages(uintptr_t base, size_t bytes) {
+  return base % 4096 == 0 && bytes >= kOwnPagesMin;
+}
+
+void HostAllocCache::Protect(uintptr_t base, size_t bytes, bool accessible) {
+  if (OwnsItsPages(base, bytes)) driver_->Protect(base, Span(bytes), accessible);
+}
+
 HostAllocCache::Victim HostAllocCache::TakeVictim(uintptr_t base, Block& b, EvictReason reason) {
   Uncache(base, b);
   b.state = State::kReleasing;
@@ -58,6 +66,7 @@ void HostAllocCache::AwaitQuiet(std::unique_lock<std::mutex>& lock, uintptr_t lo
 int HostAllocCache::Release(const Victim* victims, size_t count) {
   for (const Victim& v : absl::MakeConstSpan(victims, count)) {
     ReleaseWait wait;
+    Protect(v.base, v.bytes, /*accessible=*/true);  // as the driver gave it
     const int64_t t0 = driver_->NowNs();
     const int result = driver_->Free(v.base, v.ctx, &wait);
     const int64_t latency = driver_->NowNs() - t0;
@@ -86,6 +95,7 @@ Outcome HostAllocCache::Alloc(const HostAllocRequest& request, void** out,
         served = it->second;
         Block& b = blocks_.find(served)->second;  // indexed blocks are tracked (no .at(): it throws)
         Uncache(served, b);
+        Protect(served, b.bytes, /*accessible=*/true);
         b.state = State::kLive;
         b.device = request.device;
         counters_.hits += 1;
@@ -93,15 +103,15 @@ Outcome HostAllocCache::Alloc(const HostAllocRequest& request, void** out,
       }
     }
     if (served != 0) {
-      // A fresh block reads as zeros (the driver maps new pages): so does this one.
+      // A fresh block reads as zeros (the driver maps new pages): so does
+      // this one, to the end of its last page where it has its pages alone.
       if (limits_.zero) {
         const int64_t t0 = driver_->NowNs();
-        // The requested bytes only: nothing says the driver never puts two
-        // small blocks in one page.
-        memset(reinterpret_cast<void*>(served), 0, request.bytes);
+        const size_t zeroed = OwnsItsPages(served, request.bytes) ? Span(request.bytes) : request.bytes;
+        memset(reinterpret_cast<void*>(served), 0, zeroed);
         const int64_t spent = driver_->NowNs() - t0;
         std::lock_guard<std::mutex> lock(mu_);
-        counters_.zeroed_bytes += request.bytes;
+        counters_.zeroed_bytes += zeroed;
         counters_.zero_ns += spent;
       }
       *out = reinterpret_cast<void*>(served);
@@ -208,6 +218,7 @@ Outcome HostAllocCache::Free(uintptr_t ptr, absl::FunctionRef<int()> forward,
       b.state = State::kCached;
       b.lru_key = next_lru_key_++;
       b.freed_at = driver_->NowNs();
+      Protect(ptr, b.bytes, /*accessible=*/false);  // before any thread can be served it
       index_.emplace(KeyOf(b), ptr);
       cached_kinds_[{reinterpret_cast<uintptr_t>(b.ctx), b.flags}] += 1;
       lru_.emplace(b.lru_key, ptr);

@@ -48,6 +48,10 @@ class HostAllocDriver {
   // false when it does not say.
   virtual bool Flags(uintptr_t ptr, unsigned* flags) = 0;
   virtual int64_t NowNs() = 0;
+  // The pages [ptr, ptr + bytes) made inaccessible (a kept block: the
+  // program's access after its free faults, as the driver's unmapping makes
+  // it fault bare) or accessible again (served, or about to be freed).
+  virtual void Protect(uintptr_t ptr, size_t bytes, bool accessible) {}
 };
 
 // Told of the cache's own frees, for the log.
@@ -98,6 +102,12 @@ class HostAllocCache {
  public:
   // The bytes of memory a block of `bytes` occupies (the driver maps whole pages).
   static size_t Span(size_t bytes) { return (bytes + 4095) & ~size_t{4095}; }
+  // A block the driver gave pages of its own: page-aligned and at least
+  // kOwnPagesMin (smaller ones may share a page with another block). Only
+  // such a block is zeroed to its last page's end and made inaccessible while kept.
+  static constexpr size_t kOwnPagesMin = size_t{64} << 10;
+  static bool OwnsItsPages(uintptr_t base, size_t bytes);
+  void Protect(uintptr_t base, size_t bytes, bool accessible);
 
   HostAllocCache(HostAllocDriver* driver, HostAllocObserver* observer, HostAllocLimits limits);
   HostAllocCache(const HostAllocCache&) = delete;

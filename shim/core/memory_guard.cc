@@ -81,7 +81,8 @@ size_t MemoryGuard::BlockBytes(const void* block) const {
 
 bool MemoryGuard::Parkable(const void* block) {
   const GlibcChunk chunk = GlibcChunkOf(block, PageSize());
-  return chunk.servable && (!chunk.mmapped || chunk.usable + 16 >= GlibcMmapFloorNow());
+  return chunk.servable && (!chunk.mmapped || (chunk.usable + 16 >= GlibcMmapFloorNow() &&
+                                               !GlibcFreeMovesThreshold(chunk.usable + 16)));
 }
 
 bool MemoryGuard::TakeFree(void* block) const {
@@ -170,6 +171,23 @@ void MemoryGuard::MakeRoomFor(size_t bytes) const {
   if (const uint64_t headroom = budget_->Announce(bytes); headroom != 0) {
     collector_->MakeRoom(headroom, kMakeRoomWaitMs);
   }
+}
+
+void MemoryGuard::HideParked(size_t* in_use, size_t* free_bytes, size_t* mmapped_count,
+                             size_t* mmapped_bytes) const {
+  if (!reuse_ || t_state.inside > 0 || LeftProcess()) return;
+  ScopedInsideLazypin inside;
+  pool_->ForEachParked([&](uintptr_t base, size_t) {
+    const GlibcChunk chunk = GlibcChunkOf(reinterpret_cast<const void*>(base), PageSize());
+    const auto less = [](size_t* v, size_t n) { *v = *v > n ? *v - n : 0; };
+    if (chunk.mmapped) {
+      less(mmapped_count, 1);
+      less(mmapped_bytes, chunk.usable + 16);
+    } else {
+      less(in_use, chunk.usable + 8);
+      *free_bytes += chunk.usable + 8;
+    }
+  });
 }
 
 bool MemoryGuard::ReleaseKeptForAllocation() const {

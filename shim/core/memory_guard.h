@@ -107,16 +107,23 @@ class MemoryGuard {
   // True if it did (try the allocation once more). The same rules as
   // MakeRoomFor.
   bool ReleaseKeptForAllocation() const;
+  // mallinfo2's figures as glibc would give them had the parked blocks been
+  // freed: out of use (a heap chunk into the free bytes, an mmapped chunk
+  // unmapped).
+  void HideParked(size_t* in_use, size_t* free_bytes, size_t* mmapped_count,
+                  size_t* mmapped_bytes) const;
   // The program lowered a limit the headroom counts (RLIMIT_AS, RLIMIT_DATA):
   // a fresh reading, and kept memory yields to it before the call returns.
   void LimitsChanged() const;
+  // What a block handed to free or realloc spans (0: glibc would reject it,
+  // and the call is left to glibc to reject; see GlibcChunkOf).
+  size_t BlockBytes(const void* block) const;
 
  private:
-  // What a freed block spans (0: glibc would reject it; see GlibcChunkOf).
-  size_t BlockBytes(const void* block) const;
   // A block an allocation could be given as it is, with glibc's state after
   // its free as without lazypin (GlibcChunkOf; an mmapped chunk only of a
-  // size glibc would mmap again, GlibcMmapFloorNow).
+  // size glibc would mmap again, GlibcMmapFloorNow, and whose free would not
+  // move glibc's mmap threshold, GlibcFreeMovesThreshold).
   static bool Parkable(const void* block);
   bool LeftProcess() const { return left_process_ != nullptr && left_process_(); }
   bool HostHolding() const { return host_cache_ != nullptr && host_cache_->MaybeHolds(); }

@@ -806,6 +806,15 @@ bool Pool::ReleaseOldestParked(EvictReason reason) {
   return Evict(victim, 1) > 0;
 }
 
+void Pool::ForEachParked(absl::FunctionRef<void(uintptr_t, size_t)> each) const {
+  if (abandoned_.load(std::memory_order_relaxed)) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (counters_.parked_now == 0) return;
+  for (const auto& [base, e] : entries_) {
+    if (e.state == State::kDeferred && e.parked != 0) each(base, e.parked);
+  }
+}
+
 bool Pool::HoldsParked(uintptr_t block) const {
   if (abandoned_.load(std::memory_order_relaxed) || Empty()) return false;
   std::lock_guard<std::mutex> lock(mu_);

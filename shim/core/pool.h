@@ -320,6 +320,9 @@ class Pool {
   int ReleaseParked(EvictReason reason, uintptr_t lo = 0, uintptr_t hi = ~uintptr_t{0});
   // A parked block is based at `block` (a free of it is the program's second).
   bool HoldsParked(uintptr_t block) const;
+  // Calls each(base, usable) for every parked block, with the lock held
+  // (`each` must not call into the pool).
+  void ForEachParked(absl::FunctionRef<void(uintptr_t base, size_t usable)> each) const;
   // Another userfaultfd is to register [lo, hi) (the program's own): the
   // kernel allows one per range, so lazypin lets go of it. Deferred entries
   // there are released (`reason`); in-use ones are unwatched and never

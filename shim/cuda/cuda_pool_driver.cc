@@ -2,6 +2,7 @@
 #include "cuda_pool_driver.h"
 
 #include <linux/futex.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -85,7 +86,7 @@ class ContextIdleWaiter {
     for (;;) {
       const uint32_t wanted = requested_.load(std::memory_order_acquire);
       if (wanted == done_.load(std::memory_order_relaxed)) {
-        FutexWait(&requested_, wanted, -1);
+        IdleWait(&requested_, wanted, -1);
         continue;
       }
       // Every request up to `wanted` was made before this synchronize began,
@@ -296,6 +297,10 @@ class CudaHostAllocDriver final : public HostAllocDriver {
     return get_flags != nullptr && get_flags(flags, reinterpret_cast<void*>(ptr)) == CUDA_SUCCESS;
   }
   int64_t NowNs() override { return MonotonicNs(); }
+  void Protect(uintptr_t ptr, size_t bytes, bool accessible) override {
+    // The system call itself: the mprotect hook is the program's.
+    syscall(SYS_mprotect, ptr, bytes, accessible ? PROT_READ | PROT_WRITE : PROT_NONE);
+  }
 
  private:
   real::Lazy<CUresult (*)(void*)> free_host_;

@@ -340,14 +340,46 @@ LAZYPIN_EXPORT void* pvalloc(size_t bytes) {
   return PageAlignedSlow(g_pvalloc, "pvalloc", bytes, rounded);
 }
 
+// glibc's figures, with the blocks lazypin parked counted as freed (they
+// are, to the program).
+LAZYPIN_EXPORT struct mallinfo2 mallinfo2() {
+  using Mallinfo2Fn = struct mallinfo2 (*)();
+  static real::Lazy<Mallinfo2Fn> real_mallinfo2;
+  Mallinfo2Fn real = real_mallinfo2.Get(&real::Next, "mallinfo2");
+  struct mallinfo2 info = real != nullptr ? real() : (struct mallinfo2){};
+  if (Parked()) {
+    const ShimState* state = PublishedState();
+    if (state != nullptr && state->guard != nullptr) {
+      state->guard->HideParked(&info.uordblks, &info.fordblks, &info.hblks, &info.hblkhd);
+    }
+  }
+  return info;
+}
+
+LAZYPIN_EXPORT struct mallinfo mallinfo() {
+  const struct mallinfo2 wide = mallinfo2();
+  struct mallinfo info = {};  // glibc's own narrowing: each field cut to int
+  info.arena = static_cast<int>(wide.arena);
+  info.ordblks = static_cast<int>(wide.ordblks);
+  info.smblks = static_cast<int>(wide.smblks);
+  info.hblks = static_cast<int>(wide.hblks);
+  info.hblkhd = static_cast<int>(wide.hblkhd);
+  info.usmblks = static_cast<int>(wide.usmblks);
+  info.fsmblks = static_cast<int>(wide.fsmblks);
+  info.uordblks = static_cast<int>(wide.uordblks);
+  info.fordblks = static_cast<int>(wide.fordblks);
+  info.keepcost = static_cast<int>(wide.keepcost);
+  return info;
+}
+
 // Followed so that a parked block is served only where glibc could have made
 // that block fresh (GlibcMmapFloorNow); the call itself is glibc's.
 LAZYPIN_EXPORT int mallopt(int param, int value) {
   MalloptFn real = g_mallopt.Get(&real::Next, "mallopt");
   if (real == nullptr) return 0;
   const int ok = real(param, value);
+  if (ok != 0) GlibcNoteMallopt(param, value);
   if (ok != 0 && (param == M_MMAP_THRESHOLD || param == M_MMAP_MAX)) {
-    GlibcNoteMallopt(param, value);
     // Parked mmapped blocks may no longer be what a fresh block of their size
     // would be: all are released (the program's frees reach glibc), as bare
     // they had been.

@@ -93,7 +93,7 @@ void BlockLeaving(const void* ptr, EvictReason reason) {
   if (ptr == nullptr) return;
   if (const MemoryGuard* guard = Guard()) {
     const uintptr_t lo = Addr(ptr);
-    guard->Leaving(lo, lo + malloc_usable_size(const_cast<void*>(ptr)), reason);
+    if (const size_t bytes = guard->BlockBytes(ptr); bytes != 0) guard->Leaving(lo, lo + bytes, reason);
   }
 }
 

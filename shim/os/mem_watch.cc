@@ -215,7 +215,7 @@ MemWatch::~MemWatch() {
     std::lock_guard<std::mutex> lock(later_mu_);
     stop_later_ = true;  // what is queued is unregistered below with the rest
   }
-  later_cv_.notify_all();
+  NotifyLater();
   if (unwatcher_.joinable()) unwatcher_.join();
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -257,7 +257,8 @@ void MemWatch::ReaderLoop() {
   for (;;) {
     // The timeout matters only to a destructor that could not map its page
     // (see ~MemWatch); otherwise an idle reader wakes every 10 s for nothing.
-    const int r = poll(fds, 1, 10000);
+    const struct timespec timeout = {10, 0};
+    const int r = ppoll(fds, 1, &timeout, IdleSignals());
     if (stop_.load(std::memory_order_acquire)) return;
     // The number is the program's now: never read it (its poll above held
     // the old file; returning lets the kernel release it, and with it any
@@ -531,7 +532,7 @@ bool MemWatch::Later(uintptr_t lo, uintptr_t hi) {
   if (!queue.owns_lock() || !hold_later_ || stop_later_ || later_count_ == kLaterSlots) return false;
   later_[(later_head_ + later_count_++) % kLaterSlots] = Range{lo, hi};
   queue.unlock();
-  later_cv_.notify_one();
+  NotifyLater();
   return true;
 }
 
@@ -540,7 +541,7 @@ void MemWatch::HoldUnwatches(bool hold) {
     std::lock_guard<std::mutex> queue(later_mu_);
     hold_later_ = hold;
   }
-  if (!hold) later_cv_.notify_all();
+  if (!hold) NotifyLater();
 }
 
 bool MemWatch::UnregisteringLocked(uintptr_t lo, uintptr_t hi) const {
@@ -550,13 +551,23 @@ bool MemWatch::UnregisteringLocked(uintptr_t lo, uintptr_t hi) const {
   return false;
 }
 
+void MemWatch::NotifyLater() {
+  later_seq_.fetch_add(1, std::memory_order_acq_rel);
+  FutexWake(&later_seq_, 1);
+}
+
 void MemWatch::UnwatcherLoop() {
   ScopedInsideLazypin inside;  // nothing it calls is lazypin's to intercept
   std::unique_lock<std::mutex> queue(later_mu_);
   for (;;) {
-    later_cv_.wait(queue, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-      return (later_count_ != 0 && !hold_later_) || stop_later_;
-    });
+    if (!((later_count_ != 0 && !hold_later_) || stop_later_)) {
+      // Waits without the lock (IdleWait: a program's handler may run here).
+      const uint32_t seen = later_seq_.load(std::memory_order_acquire);
+      queue.unlock();
+      IdleWait(&later_seq_, seen);
+      queue.lock();
+      continue;
+    }
     if (stop_later_) return;
     const Range r = later_[later_head_];
     later_head_ = (later_head_ + 1) % kLaterSlots;

@@ -217,7 +217,8 @@ class MemWatch {
   // memory hook, where nothing is allocated).
   static constexpr size_t kLaterSlots = 4096;
   std::mutex later_mu_;  // the queue only, never held across a system call
-  std::condition_variable later_cv_;
+  std::atomic<uint32_t> later_seq_{0};  // futex: bumped after each change of the queue's state
+  void NotifyLater();
   Range later_[kLaterSlots] ABSL_GUARDED_BY(later_mu_) = {};
   size_t later_head_ ABSL_GUARDED_BY(later_mu_) = 0;  // a ring: the oldest
   size_t later_count_ ABSL_GUARDED_BY(later_mu_) = 0;

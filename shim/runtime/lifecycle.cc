@@ -7,7 +7,9 @@
 
 #include <mutex>
 
+#include "covered_signals.h"
 #include "hooks_alloc.h"
+#include "real.h"
 #include "shim.h"
 #include "thread_state.h"
 
@@ -32,6 +34,14 @@ void ForkParentHandler() {
 void ForkChildHandler() {
   if (g_shim != nullptr) g_shim->InForkChild();
 }
+// The real sigaction: lazypin's own calls never reach its hook (hooks_signal.cc).
+int RealSigaction(int sig, const struct sigaction* act, struct sigaction* old) {
+  using Fn = int (*)(int, const struct sigaction*, struct sigaction*);
+  static real::Lazy<Fn> real_sigaction;
+  Fn fn = real_sigaction.Get(&real::Next, "sigaction");
+  return fn != nullptr ? fn(sig, act, old) : -1;
+}
+
 void SignalHandler(int sig) {
   const int saved_errno = errno;
   if (g_shim != nullptr) g_shim->OnSignal(sig);
@@ -66,16 +76,17 @@ void Shim::InstallHandlersOnce() {
   for (const std::string& warning : said_at_first_call_) fprintf(stderr, "%s\n", warning.c_str());
   atexit(ExitHandler);
   pthread_atfork(ForkPrepareHandler, ForkParentHandler, ForkChildHandler);
-  for (int sig : {SIGTERM, SIGINT}) {  // the log's last records on a fatal signal
+  // The log's last records on a fatal signal; the program still sees (and
+  // sets) its own dispositions (covered_signals.h).
+  for (int sig : {SIGTERM, SIGINT}) {
     struct sigaction old;
-    if (sigaction(sig, nullptr, &old) == 0 && !(old.sa_flags & SA_SIGINFO) &&
+    if (RealSigaction(sig, nullptr, &old) == 0 && !(old.sa_flags & SA_SIGINFO) &&
         old.sa_handler == SIG_DFL) {
       struct sigaction action = {};
       action.sa_handler = SignalHandler;
       sigemptyset(&action.sa_mask);
       action.sa_flags = SA_RESTART;
-      old_action_[sig] = old;
-      sigaction(sig, &action, nullptr);
+      if (RealSigaction(sig, &action, nullptr) == 0) g_covered_signals.Cover(sig, old);
     }
   }
 }
@@ -124,7 +135,7 @@ void Shim::OnSignal(int sig) {
   }
   static const ShimState dying{Mode::kOff, Mode::kOff, "a fatal signal", nullptr, nullptr};
   Publish(&dying);
-  sigaction(sig, &old_action_[sig], nullptr);
+  g_covered_signals.Restore(sig, &RealSigaction);
   raise(sig);
 }
 
@@ -163,13 +174,7 @@ void Shim::InForkChild(bool raw_copy) {
   static const ShimState child{Mode::kOff, Mode::kOff, "a fork's child", nullptr, nullptr};
   Publish(&child);
   // Signals do in the child exactly what they do without lazypin.
-  for (int sig : {SIGTERM, SIGINT}) {
-    struct sigaction now;
-    if (sigaction(sig, nullptr, &now) == 0 && !(now.sa_flags & SA_SIGINFO) &&
-        now.sa_handler == SignalHandler) {
-      sigaction(sig, &old_action_[sig], nullptr);
-    }
-  }
+  for (int sig : {SIGTERM, SIGINT}) g_covered_signals.Restore(sig, &RealSigaction);
 }
 
 namespace {

@@ -7,6 +7,7 @@
 #include "capture.h"
 #include "cuda_pool_driver.h"
 #include "fmt/format.h"
+#include "glibc_blocks.h"
 #include "hooks_alloc.h"
 #include "hooks_memory.h"
 #include "memory_budget.h"
@@ -93,6 +94,7 @@ void Shim::Init() {
     // glibc's free reads them (MemoryGuard), and they may come back.
     std::string why_not;
     glibc_allocator_ = AllocatorReuseCheck(&why_not);
+    if (glibc_allocator_) GlibcNoteEnvironment();
     bool reuse = false;
     if (config_.reuse_freed != 0) {
       reuse = glibc_allocator_;

@@ -96,7 +96,6 @@ class Shim {
   std::vector<std::string> said_at_first_call_;
   const ShimState* state_ = nullptr;
   std::atomic<bool> handlers_installed_{false};
-  struct sigaction old_action_[NSIG] = {};
   bool in_child_ = false;  // InForkChild ran: nothing here is this process's
 };
 

@@ -396,7 +396,7 @@ void Log::RunWriter(Preamble preamble) {
     if (created_.load(std::memory_order_acquire) || stop_writer_.load(std::memory_order_acquire)) {
       break;
     }
-    FutexWait(&wake_, seen, -1);
+    IdleWait(&wake_, seen, -1);
   }
   if (file_state_.load(std::memory_order_acquire) == kCreating &&
       created_.load(std::memory_order_acquire)) {
@@ -422,7 +422,7 @@ void Log::RunWriter(Preamble preamble) {
     // takes no page fault in a caller.
     if (round == 1) ring_.Prefault();
     if (stop_writer_.load(std::memory_order_acquire)) break;
-    FutexWait(&wake_, seen, 10000000);
+    IdleWait(&wake_, seen, 10000000);
   }
   Drain();
   writer_running_.store(false, std::memory_order_release);
