@@ -446,8 +446,10 @@ void Log::Write(std::string line) {
 }
 
 void Log::PushSlow(const LogEntry& entry) {
-  // The ring is full: the writer is behind (or not there yet). Wait for it,
-  // at most 50 ms, then drop the record and count it.
+  // The ring is full: the writer is behind (or not there yet, or waiting for
+  // the file: made here then). Wait for it, at most 50 ms, then drop the
+  // record and count it.
+  CreateFileNow();
   const int64_t deadline = MonotonicNs() + 50000000;
   for (int spins = 0; writer_running_.load(std::memory_order_acquire); ++spins) {
     wake_pending_.store(false, std::memory_order_relaxed);

@@ -361,6 +361,9 @@ class PreloadTest(AppTestCase):
                    "mprotect", "pkey_mprotect", "mallopt",
                    # calls that free a kept host block first; the program's userfaultfd
                    "mincore", "mlock", "mlock2", "munlock", "msync", "ioctl",
+                   # address-space limits, glibc's figures, the program's dispositions
+                   "setrlimit", "setrlimit64", "prlimit", "prlimit64", "mallinfo", "mallinfo2",
+                   "sigaction", "signal", "bsd_signal",
                    "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyAsync",
                    "cuMemcpy2DAsync_v2", "cuMemcpy3DAsync_v2", "cuMemcpyHtoDAsync_v2_ptsz",
                    "cuMemcpyDtoHAsync_v2_ptsz", "cuMemcpyAsync_ptsz", "cuMemcpy2DAsync_v2_ptsz",
