@@ -9,6 +9,11 @@
 //                                                     block kept registered (the target)
 //   reuse --mode calloc|align|usable|realloc|pageable|signal|threads|fork|idle
 //         allocator semantics around the cycle (see each mode below)
+//
+// A block of 128 KiB to 32 MiB is mmapped by glibc until the first free of
+// one raises its threshold (glibc's dynamic mmap threshold); blocks of that
+// size come from the heap after it. So such a cycle's first block never
+// comes back: its second does.
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
@@ -197,25 +202,20 @@ int ModeAlign(const tapp::Args&) {
   return 0;
 }
 
-// With glibc's mmap threshold fixed (--fixed-threshold: no dynamic move),
-// the usable size of every block of the cycle is the bare run's, and a
-// served block's is the one a fresh block of that request has at that
-// moment. Without it, glibc's dynamic threshold (raised by each free of an
-// mmapped chunk, which a parked block's free does not reach) decides between
-// its heap and mmapped sizes: the block's size is one glibc gives that request.
+// The usable size of every block of the cycle, which says where glibc put
+// it (heap or mmapped): the same with and without lazypin, with glibc's
+// dynamic mmap threshold (raised by the first free of each size) and with
+// a fixed one (--fixed-threshold), where a served block's is also the one a
+// fresh block of that request has at that moment.
 int ModeUsable(const tapp::Args& args) {
   const bool fixed = args.has("fixed-threshold");
   if (fixed) mallopt(M_MMAP_THRESHOLD, 128 * 1024);
-  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   for (size_t n : Sizes(args, "200K,1M,4M")) {
     std::string seen;
-    bool as_fresh = true, glibc_size = true;
-    const size_t chunk = (n + 8 + 15) & ~size_t{15};
-    const size_t heap = chunk - 8, mapped = ((chunk + 8 + page - 1) & ~(page - 1)) - 16;
+    bool as_fresh = true;
     for (int i = 0; i < 4; ++i) {
       void* p = malloc(n);
       const size_t usable = malloc_usable_size(p);
-      glibc_size = glibc_size && (usable == heap || usable == heap + 16 || usable == mapped);
       if (fixed) {
         void* fresh = malloc(n);  // a fresh one beside it (nothing else parked of that size)
         as_fresh = as_fresh && usable == malloc_usable_size(fresh);
@@ -226,12 +226,8 @@ int ModeUsable(const tapp::Args& args) {
       CHECK(cudaHostUnregister(p));
       free(p);
     }
-    if (fixed) {
-      std::printf("usable size=%s:%s as_fresh=%s\n", tapp::size_name(n).c_str(), seen.c_str(),
-                  as_fresh ? "yes" : "NO");
-    } else {
-      std::printf("usable size=%s glibc_size=%s\n", tapp::size_name(n).c_str(), glibc_size ? "yes" : "NO");
-    }
+    std::printf("usable size=%s:%s as_fresh=%s\n", tapp::size_name(n).c_str(), seen.c_str(),
+                as_fresh ? "yes" : "NO");
   }
   return 0;
 }
@@ -240,7 +236,7 @@ int ModeUsable(const tapp::Args& args) {
 // registration gone before it moves.
 int ModeRealloc(const tapp::Args&) {
   const size_t n = 4 << 20;
-  bool ok = Cycle(n, 1, Malloc);
+  bool ok = Cycle(n, 1, Malloc) && Cycle(n, 2, Malloc);
   void* p = malloc(n);
   Fill(p, n, 7);
   std::vector<unsigned char> copy(static_cast<unsigned char*>(p), static_cast<unsigned char*>(p) + n);
@@ -260,7 +256,7 @@ int ModeRealloc(const tapp::Args&) {
 // says it is not registered.
 int ModePageable(const tapp::Args&) {
   const size_t n = 4 << 20;
-  bool ok = Cycle(n, 1, Malloc);
+  bool ok = Cycle(n, 1, Malloc) && Cycle(n, 2, Malloc);
   unsigned char* p = static_cast<unsigned char*>(malloc(n));
   memset(p, 0x11, n);
   cudaStream_t s;
@@ -405,7 +401,7 @@ int ModeRoom(const tapp::Args& args) {
 // A cycle, then a pause longer than LAZYPIN_IDLE_MS, then the cycle again.
 int ModeIdle(const tapp::Args& args) {
   const size_t n = 4 << 20;
-  bool ok = Cycle(n, 1, Malloc);
+  bool ok = Cycle(n, 1, Malloc) && Cycle(n, 2, Malloc);
   usleep(static_cast<useconds_t>(args.num("pause-ms", 600)) * 1000);
   ok = Cycle(n, 2, Malloc) && ok;
   std::printf("idle bytes=%s\n", ok ? "ok" : "WRONG");

@@ -12,6 +12,7 @@
 #include <climits>
 
 #include "capture.h"
+#include "glibc_blocks.h"
 #include "host_alloc_cache.h"
 #include "memory_budget.h"
 #include "pool.h"
@@ -46,8 +47,8 @@ Collector::Collector(Pool* pool, int64_t idle_ms, FreeFn real_free, FreeBounds b
   thread_ = StartThreadWithSignalsBlocked([this] { Run(); });
 }
 
-bool Collector::TakeFree(void* block, size_t bytes, bool may_wait) {
-  const uint64_t ticket = HandOver(block, bytes);
+bool Collector::TakeFree(void* block, size_t bytes, bool may_wait, bool glibc_freed) {
+  const uint64_t ticket = HandOver(block, bytes, glibc_freed);
   if (ticket == 0) return false;
   if (may_wait && PendingBytes() > bounds_.max_pending_bytes) {
     WaitFreed(ticket, bounds_.pending_wait_ms);
@@ -55,7 +56,7 @@ bool Collector::TakeFree(void* block, size_t bytes, bool may_wait) {
   return true;
 }
 
-uint64_t Collector::HandOver(void* block, size_t bytes) {
+uint64_t Collector::HandOver(void* block, size_t bytes, bool glibc_freed) {
   if (stopping_.load(std::memory_order_acquire)) return 0;
   const uintptr_t address = reinterpret_cast<uintptr_t>(block);
   if (address <= kClaimed) return 0;
@@ -69,6 +70,7 @@ uint64_t Collector::HandOver(void* block, size_t bytes) {
       continue;
     }
     slot.bytes.store(bytes, std::memory_order_relaxed);
+    slot.glibc_freed.store(glibc_freed, std::memory_order_relaxed);
     pending_bytes_.fetch_add(bytes, std::memory_order_relaxed);
     slot.block.store(address, std::memory_order_release);
     const uint64_t ticket = handed_.fetch_add(1, std::memory_order_acq_rel) + 1;
@@ -90,6 +92,14 @@ bool Collector::WaitFreed(uint64_t ticket, int64_t timeout_ms) {
   }
 }
 
+void Collector::FreeBlock(uintptr_t address, bool glibc_freed) const {
+  if (glibc_freed) {
+    GlibcUnmapChunk(reinterpret_cast<const void*>(address));
+  } else {
+    real_free_(reinterpret_cast<void*>(address));
+  }
+}
+
 Collector::Again Collector::FreedAgain(const void* block, int64_t timeout_ms) {
   const uintptr_t address = reinterpret_cast<uintptr_t>(block);
   for (size_t i = 0; i < kSlots; ++i) {
@@ -100,7 +110,7 @@ Collector::Again Collector::FreedAgain(const void* block, int64_t timeout_ms) {
       const size_t bytes = slot.bytes.load(std::memory_order_relaxed);
       pool_->MarkLeft(address, address + bytes);
       pool_->Invalidate(address, address + bytes, EvictReason::kFree);
-      real_free_(reinterpret_cast<void*>(address));
+      FreeBlock(address, slot.glibc_freed.load(std::memory_order_relaxed));
       pending_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
       slot.block.store(0, std::memory_order_release);
       return Again::kDone;
@@ -189,10 +199,11 @@ void Collector::FinishFrees() {
       continue;  // taken back by a second free of the block (FreedAgain)
     }
     const size_t bytes = slot.bytes.load(std::memory_order_relaxed);
+    const bool glibc_freed = slot.glibc_freed.load(std::memory_order_relaxed);
     slot.block.store(0, std::memory_order_release);  // free again: a HandOver may take it
     pool_->MarkLeft(address, address + bytes);  // done already unless the free found the lock busy
     pool_->Invalidate(address, address + bytes, EvictReason::kFree);
-    real_free_(reinterpret_cast<void*>(address));
+    FreeBlock(address, glibc_freed);
     busy_block_.store(0, std::memory_order_seq_cst);
     pending_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
   }

@@ -63,8 +63,10 @@ class Collector {
   // The program frees a block of `bytes` that overlaps pooled memory: hands
   // it over (HandOver), and with `may_wait` waits for it within FreeBounds.
   // False when stopping or when every slot is taken: the caller then handles
-  // the free itself. Async-signal-safe.
-  bool TakeFree(void* block, size_t bytes, bool may_wait);
+  // the free itself. `glibc_freed`: glibc saw the block's free already (an
+  // mmapped chunk's stand-in, GlibcStandInFor): it is unmapped, not freed.
+  // Async-signal-safe.
+  bool TakeFree(void* block, size_t bytes, bool may_wait, bool glibc_freed = false);
 
   // Async-signal-safe, lock-free: takes over a malloc'd block of `bytes`
   // that overlaps pooled memory; the thread invalidates, then frees it. The
@@ -74,7 +76,7 @@ class Collector {
   // 0 once stopping or when all kSlots slots are taken (the caller frees it
   // itself). One racing with Stop() may stay unfreed: a leak at exit, never a
   // stale registration.
-  uint64_t HandOver(void* block, size_t bytes);
+  uint64_t HandOver(void* block, size_t bytes, bool glibc_freed = false);
   // Waits until the block with `ticket` is freed, at most `timeout_ms`.
   // Async-signal-safe (a futex); false on timeout.
   bool WaitFreed(uint64_t ticket, int64_t timeout_ms);
@@ -132,7 +134,10 @@ class Collector {
   struct Slot {
     std::atomic<uintptr_t> block{0};
     std::atomic<size_t> bytes{0};
+    std::atomic<bool> glibc_freed{false};
   };
+  // The free of a slot's block, once its registration is gone.
+  void FreeBlock(uintptr_t address, bool glibc_freed) const;
   static constexpr uintptr_t kClaimed = 1;
   // The block the thread is freeing now (taken from its slot), or 0.
   std::atomic<uintptr_t> busy_block_{0};

@@ -2,9 +2,12 @@
 #include "glibc_blocks.h"
 
 #include <malloc.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -30,6 +33,9 @@ std::atomic<bool> g_mmap_none{false};
 // threshold, the top pad or the mmap count, and by their tunables.
 std::atomic<bool> g_static_threshold{false};
 constexpr size_t kDynamicThresholdMax = size_t{32} << 20;  // DEFAULT_MMAP_THRESHOLD_MAX (LP64)
+// The highest threshold the stand-ins' frees may have raised glibc's to
+// (glibc's own is at least this).
+std::atomic<size_t> g_stand_in_threshold{kGlibcMmapFloor};
 
 size_t Request2Size(size_t n) {
   return n + kSizeSz + kAlignMask < kMinSize ? kMinSize : (n + kSizeSz + kAlignMask) & ~kAlignMask;
@@ -84,6 +90,54 @@ void GlibcNoteMallopt(int param, int value) {
 
 bool GlibcFreeMovesThreshold(size_t chunk_bytes) {
   return !g_static_threshold.load(std::memory_order_relaxed) && chunk_bytes <= kDynamicThresholdMax;
+}
+
+}  // namespace lazypin
+
+extern "C" void __libc_free(void*);  // glibc's own, past every interposer
+
+namespace lazypin {
+
+void* GlibcStandInFor(const void* mem) {
+  size_t lead, head;
+  memcpy(&lead, static_cast<const char*>(mem) - kChunkHdr, sizeof lead);
+  memcpy(&head, static_cast<const char*>(mem) - kSizeSz, sizeof head);
+  const size_t size = head & ~kSizeBits;
+  if ((head & kIsMmapped) == 0 || !GlibcFreeMovesThreshold(size) ||
+      size <= g_stand_in_threshold.load(std::memory_order_relaxed)) {
+    return nullptr;
+  }
+  const int saved = errno;
+  const long map = syscall(SYS_mmap, nullptr, lead + size, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  errno = saved;
+  if (map == -1) return nullptr;
+  char* chunk = reinterpret_cast<char*>(map) + lead;
+  memcpy(chunk, &lead, sizeof lead);
+  memcpy(chunk + kSizeSz, &head, sizeof head);
+  return chunk + kChunkHdr;
+}
+
+void GlibcFreeStandIn(void* stand_in) {
+  size_t head;
+  memcpy(&head, static_cast<const char*>(stand_in) - kSizeSz, sizeof head);
+  const int saved = errno;
+  __libc_free(stand_in);
+  errno = saved;
+  const size_t size = head & ~kSizeBits;
+  size_t seen = g_stand_in_threshold.load(std::memory_order_relaxed);
+  while (seen < size && !g_stand_in_threshold.compare_exchange_weak(seen, size,
+                                                                    std::memory_order_relaxed)) {
+  }
+}
+
+void GlibcUnmapChunk(const void* mem) {
+  size_t lead, head;
+  memcpy(&lead, static_cast<const char*>(mem) - kChunkHdr, sizeof lead);
+  memcpy(&head, static_cast<const char*>(mem) - kSizeSz, sizeof head);
+  const int saved = errno;
+  syscall(SYS_munmap, static_cast<const char*>(mem) - kChunkHdr - lead, lead + (head & ~kSizeBits));
+  errno = saved;
 }
 
 void GlibcNoteEnvironment() {

@@ -48,6 +48,19 @@ size_t GlibcMmapFloorNow();
 // of that size come from the heap, and such a chunk is never kept back from
 // glibc's free (nor could a fresh block of its size be mmapped again).
 bool GlibcFreeMovesThreshold(size_t chunk_bytes);
+
+// glibc's free of an mmapped chunk that lazypin releases later (its
+// unregister first), as glibc's state goes, made now: a stand-in mapping of
+// the chunk's size holding its header words, which glibc's free takes as the
+// chunk (threshold raised as GlibcFreeMovesThreshold says, mmapped count and
+// bytes lowered, the stand-in unmapped). The chunk itself is then unmapped
+// with GlibcUnmapChunk, never freed. GlibcStandInFor gives null where the
+// chunk's free moves no threshold above those moved so far, or no mapping can
+// be had (then free the chunk as usual); GlibcUnmapChunk drops an unused one.
+// Async-signal-safe: glibc's free of an mmapped chunk takes no lock.
+void* GlibcStandInFor(const void* mem);
+void GlibcFreeStandIn(void* stand_in);
+void GlibcUnmapChunk(const void* mem);
 // At set-up: a threshold fixed through the environment (MALLOC_MMAP_THRESHOLD_
 // and its kin, GLIBC_TUNABLES' glibc.malloc.*) makes glibc's threshold static.
 void GlibcNoteEnvironment();

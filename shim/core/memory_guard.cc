@@ -128,9 +128,7 @@ bool MemoryGuard::TakeFree(void* block) const {
     // block (it marks, unregisters and frees), and this thread waits for
     // nothing; without a free slot, it waits for the lock as before.
     if (!pool_->Leave(lo, lo + bytes, /*wait=*/false, &pooled)) {
-      if (collector_ != nullptr && collector_->TakeFree(block, bytes, /*may_wait=*/false)) {
-        return true;
-      }
+      if (HandToCollector(block, bytes, /*may_wait=*/false)) return true;
       pool_->Leave(lo, lo + bytes, /*wait=*/true, &pooled);
     }
     // Kept: the block stays the allocator's (allocated) and registered, so
@@ -154,9 +152,23 @@ bool MemoryGuard::TakeFree(void* block) const {
   // The collector unregisters, then frees it, so this thread never calls the
   // driver here (it may be a signal handler that interrupted the driver) nor
   // waits for an unregister stalled by a busy GPU.
-  if (collector_ != nullptr && collector_->TakeFree(block, bytes, /*may_wait=*/true)) return true;
+  if (HandToCollector(block, bytes, /*may_wait=*/true)) return true;
   Leaving(lo, lo + bytes, EvictReason::kFree);  // no collector (exit) or all its slots taken: here
   return false;
+}
+
+bool MemoryGuard::HandToCollector(void* block, size_t bytes, bool may_wait) const {
+  if (collector_ == nullptr) return false;
+  // An mmapped chunk's free may move glibc's threshold: glibc sees it now (a
+  // stand-in), so that the program's next allocations land where they would
+  // without lazypin, however long the unregister takes.
+  void* stand_in = glibc_ ? GlibcStandInFor(block) : nullptr;
+  if (!collector_->TakeFree(block, bytes, may_wait, /*glibc_freed=*/stand_in != nullptr)) {
+    if (stand_in != nullptr) GlibcUnmapChunk(stand_in);
+    return false;
+  }
+  if (stand_in != nullptr) GlibcFreeStandIn(stand_in);
+  return true;
 }
 
 bool MemoryGuard::ReleaseParkedForAllocation() const {

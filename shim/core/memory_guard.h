@@ -120,6 +120,8 @@ class MemoryGuard {
   size_t BlockBytes(const void* block) const;
 
  private:
+  // The collector takes the free of `block` (false: the caller frees it).
+  bool HandToCollector(void* block, size_t bytes, bool may_wait) const;
   // A block an allocation could be given as it is, with glibc's state after
   // its free as without lazypin (GlibcChunkOf; an mmapped chunk only of a
   // size glibc would mmap again, GlibcMmapFloorNow, and whose free would not
