@@ -167,11 +167,15 @@ void Pool::ForgetParked(Entry& e) {
   counters_.parked_bytes -= e.parked;
   e.parked = 0;
   counters_.parked_now -= 1;
+}
+
+void Pool::FreeParked(uintptr_t block) {
+  reuse_.free_block(reinterpret_cast<void*>(block));
   if (reuse_.gauge != nullptr) reuse_.gauge->fetch_sub(1, std::memory_order_relaxed);
 }
 
 void Pool::FreeBlocks(const std::vector<uintptr_t>& blocks) {
-  for (uintptr_t block : blocks) reuse_.free_block(reinterpret_cast<void*>(block));
+  for (uintptr_t block : blocks) FreeParked(block);
 }
 
 void Pool::EnableReuse(ReuseHooks hooks) { reuse_ = hooks; }
@@ -215,6 +219,7 @@ uintptr_t Pool::Unpark(const FreshSizes& sizes, size_t align) {
   const uintptr_t block = park_.Take(sizes.usable, sizes.count, align);
   if (block == 0) return 0;
   ForgetParked(entries_.find(block)->second);  // a parked block's entry is deferred, based at it
+  if (reuse_.gauge != nullptr) reuse_.gauge->fetch_sub(1, std::memory_order_relaxed);
   counters_.served += 1;
   return block;
 }
@@ -257,7 +262,7 @@ int Pool::Evict(const Victim* victims, size_t count) {
   // Unregistered, unwatched and forgotten: the parked blocks go back to the
   // allocator only now (its free may unmap them).
   for (const Victim& v : absl::MakeConstSpan(victims, count)) {
-    if (v.parked) reuse_.free_block(reinterpret_cast<void*>(v.base));
+    if (v.parked) FreeParked(v.base);
   }
   return static_cast<int>(count);
 }

@@ -102,7 +102,8 @@ class PoolDriver {
 // program's next register of it is a hit) or the entry is released (then,
 // after the unregister, `free_block` really frees it). `gauge` (may be
 // null) follows the number of parked blocks with relaxed stores, for the
-// allocation hooks' fast path.
+// allocation hooks' fast path; a released block counts until its
+// `free_block` returned (an allocation that fails meanwhile retries).
 struct ReuseHooks {
   void (*free_block)(void* block) = nullptr;
   std::atomic<int64_t>* gauge = nullptr;
@@ -422,8 +423,11 @@ class Pool {
   void ReleaseWatched(const std::vector<Range>& ranges);
   // Takes a parked entry's block out of the park; true if it was parked.
   bool UnparkLocked(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The bookkeeping of a block that left the index (counters, filter, gauge).
+  // The bookkeeping of a block that left the index (counters, filter). The
+  // gauge still counts it: until it is served (Unpark) or really freed
+  // (FreeParked), its memory is lazypin's to give back.
   void ForgetParked(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FreeParked(uintptr_t block);
   void FreeBlocks(const std::vector<uintptr_t>& blocks);
   static size_t ParkSlot(size_t usable) { return (usable >> 4) % kParkSlots; }
   // Auto-pinned ranges that queries or overlapping copies released, most recent first (see AutoPin).

@@ -232,7 +232,9 @@ MemWatch::~MemWatch() {
   void* page = mmap(nullptr, PageSize(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (page != MAP_FAILED) {
     const uintptr_t p = reinterpret_cast<uintptr_t>(page);
-    if (FdOurs() && RegisterWp(fd_.get(), p, p + PageSize())) {
+    bool registered = false;
+    if (FdOurs() && fd_.Use([&](int fd) { registered = RegisterWp(fd, p, p + PageSize()); }) &&
+        registered) {
       stop_page_.store(p, std::memory_order_release);
       told = true;
     }
@@ -253,8 +255,9 @@ void MemWatch::AbandonAfterFork() {
 
 void MemWatch::ReaderLoop() {
   ScopedInsideLazypin inside;  // nothing it calls is lazypin's to intercept
-  struct pollfd fds[1] = {{fd_.get(), POLLIN, 0}};
+  struct pollfd fds[1] = {{-1, POLLIN, 0}};
   for (;;) {
+    fds[0].fd = fd_.get();  // the hooks may have moved it (descriptors.h)
     // The timeout matters only to a destructor that could not map its page
     // (see ~MemWatch); otherwise an idle reader wakes every 10 s for nothing.
     const struct timespec timeout = {10, 0};
@@ -293,9 +296,15 @@ bool MemWatch::FdOurs() {
 void MemWatch::ReadEvents(absl::FunctionRef<void(const Event&)> take) {
   struct uffd_msg msgs[16];
   for (;;) {
-    if (!FdOurs()) return;
-    const ssize_t n = read(fd_.get(), msgs, sizeof msgs);
-    if (n < 0 && errno == EINTR) continue;
+    ssize_t n = -1;
+    int err = 0;
+    if (!FdOurs() || !fd_.Use([&](int fd) {
+          n = read(fd, msgs, sizeof msgs);
+          err = errno;
+        })) {
+      return;
+    }
+    if (n < 0 && err == EINTR) continue;
     if (n <= 0) return;  // EAGAIN: nothing queued
     const size_t count = static_cast<size_t>(n) / sizeof msgs[0];
     for (size_t i = 0; i < count; ++i) {
@@ -407,7 +416,7 @@ void MemWatch::Unregister(uintptr_t lo, uintptr_t hi) {
   // Errors are expected and harmless: the pages may be unmapped, or belong
   // now to a mapping the kernel never registered with us.
   struct uffdio_range range = {lo, hi - lo};
-  if (fd_.Ours()) ioctl(fd_.get(), UFFDIO_UNREGISTER, &range);
+  fd_.Use([&](int fd) { ioctl(fd, UFFDIO_UNREGISTER, &range); });
 }
 
 void MemWatch::UnregisterUncountedLocked(uintptr_t lo, uintptr_t hi) {
@@ -459,8 +468,13 @@ bool MemWatch::Watch(uintptr_t lo, uintptr_t hi, WatchRefusal* refusal) {
     *refusal = WatchRefusal::kLost;
     return false;
   }
-  if (!RegisterWp(fd_.get(), lo, hi)) {
-    const int err = errno;
+  bool registered = false;
+  int err = EBADF;
+  fd_.Use([&](int fd) {
+    registered = RegisterWp(fd, lo, hi);
+    err = errno;
+  });
+  if (!registered) {
     if (err == EBUSY) {
       *refusal = WatchRefusal::kOwnedByProgram;  // refused before any change
     } else {

@@ -1,6 +1,8 @@
 // memory_limit: the machine's memory, the cgroup's limit and the headroom (see memory_limit.h).
 #include "memory_limit.h"
 
+#include "thread_state.h"
+
 #include <fcntl.h>
 #include <errno.h>
 #include <stdio.h>
@@ -79,6 +81,9 @@ MemoryProbe::MemoryProbe(bool open_files) {
   }
   if (open_files) {
     held_ = true;
+    // The cgroup's files only under a limit ("max": none), statm only under
+    // an address-space limit (or once a program thread meets one: Headroom).
+    if (limit_path_[0] != '\0' && ReadPath(limit_path_) <= 0) limit_path_[0] = usage_path_[0] = '\0';
     if (limit_path_[0] != '\0') {
       limit_fd_.Hold(open(limit_path_, O_RDONLY | O_CLOEXEC));
       usage_fd_.Hold(open(usage_path_, O_RDONLY | O_CLOEXEC));
@@ -89,8 +94,19 @@ MemoryProbe::MemoryProbe(bool open_files) {
       }
     }
     meminfo_fd_.Hold(open("/proc/meminfo", O_RDONLY | O_CLOEXEC));
-    statm_fd_.Hold(open("/proc/self/statm", O_RDONLY | O_CLOEXEC));
+    if (AddressSpaceLimited()) OpenStatm();
   }
+}
+
+bool MemoryProbe::AddressSpaceLimited() {
+  struct rlimit as, data;
+  return (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) ||
+         (getrlimit(RLIMIT_DATA, &data) == 0 && data.rlim_cur != RLIM_INFINITY);
+}
+
+void MemoryProbe::OpenStatm() const {
+  if (statm_opened_.exchange(true, std::memory_order_acq_rel)) return;
+  statm_fd_.Hold(open("/proc/self/statm", O_RDONLY | O_CLOEXEC));
 }
 
 MemoryProbe::MemoryProbe(const char* limit_path, const char* usage_path,
@@ -173,6 +189,10 @@ int64_t MemoryProbe::Headroom() const {
   struct rlimit as, data;
   const bool as_set = getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY;
   const bool data_set = getrlimit(RLIMIT_DATA, &data) == 0 && data.rlim_cur != RLIM_INFINITY;
+  // A limit set since construction: statm is opened here on a program
+  // thread (never lazypin's own: a descriptor it opens could be, for that
+  // moment, the lowest free one the program's open() should get).
+  if ((as_set || data_set) && held_ && !t_state.own_thread) OpenStatm();
   if ((as_set || data_set) && statm_fd_.get() >= 0) {
     if (!statm_fd_.Ours()) {
       lost = true;

@@ -6,6 +6,7 @@
 // (core/memory_budget.h).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "descriptors.h"
@@ -18,12 +19,14 @@ uint64_t MemoryForPercentages();
 // This process's memory cgroup (cgroup v1's memory controller when there is
 // one, else cgroup v2), /proc/meminfo, and its address-space limits against
 // /proc/self/statm. Reading is a pread of files opened at construction (on
-// the thread that constructs it: no descriptor is ever opened by a reading):
-// async-signal-safe, allocation-free.
+// the thread that constructs it; statm, needed only under an address-space
+// limit, may be opened by a reading on a program thread, never on one of
+// lazypin's): async-signal-safe, allocation-free.
 class MemoryProbe {
  public:
-  // Finds the cgroup's files; `open_files` keeps them (and /proc/meminfo,
-  // /proc/self/statm) open for Headroom(), close-on-exec, high (descriptors.h).
+  // Finds the cgroup's files; `open_files` keeps them (under a cgroup limit),
+  // /proc/meminfo, and /proc/self/statm (under RLIMIT_AS or RLIMIT_DATA)
+  // open for Headroom(), close-on-exec, high (descriptors.h).
   explicit MemoryProbe(bool open_files);
   // Reads these files instead (tests): a limit ("max": none), a usage, and a
   // meminfo-style text with "MemAvailable: N kB"; an empty path: not read.
@@ -50,7 +53,10 @@ class MemoryProbe {
   char meminfo_path_[64] = "/proc/meminfo";
   // Files opened by the test constructor, or held (`open_files`).
   mutable HeldFd limit_fd_, usage_fd_, meminfo_fd_, statm_fd_;
+  mutable std::atomic<bool> statm_opened_{false};  // OpenStatm ran (once)
   bool held_ = false;  // the files were opened at construction: a lost one means 0
+  static bool AddressSpaceLimited();  // RLIMIT_AS or RLIMIT_DATA is finite
+  void OpenStatm() const;
 };
 
 }  // namespace lazypin

@@ -38,6 +38,10 @@ void Shim::Init() {
   process_.Mark();
   start_mono_ns_ = MonotonicNs();
   start_unix_ns_ = UnixNs();
+  // Read here, inside the program's call: the header is written later by
+  // the log's thread, which opens nothing (an open there could take, for a
+  // moment, the lowest number the program's own open() should get).
+  cmdline_ = ReadSmallFile("/proc/self/cmdline");
   ParsedConfig parsed =
       ParseConfig([](const char* name) { return getenv(name); }, MemoryForPercentages(), environ);
   config_ = parsed.config;
@@ -174,7 +178,7 @@ std::string Shim::HeaderLine(const std::string& log_path) {
   char exe[4096];
   const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   info.exe.assign(exe, n > 0 ? static_cast<size_t>(n) : 0);
-  info.cmdline = ReadSmallFile("/proc/self/cmdline");
+  info.cmdline = cmdline_;
   info.requested = config_.mode;
   info.effective = effective_;
   info.why_effective = why_;

@@ -71,6 +71,7 @@ class Shim {
   ProcessIdentity process_;
   int64_t start_mono_ns_ = 0;
   int64_t start_unix_ns_ = 0;
+  std::string cmdline_;  // /proc/self/cmdline at set-up, for the log's header
   std::unique_ptr<Recorder> recorder_;
   std::unique_ptr<RecordingCudaEnv> env_;
   std::unique_ptr<MemWatch> watch_;

@@ -308,6 +308,8 @@ CreatedLogFile CreateLogFile(const std::string& path, LogPathResolver resolver) 
     return out;
   }
   out.fd = MoveFdHigh(fd);  // out of the program's way (descriptors.h)
+  out.dev = st.st_dev;
+  out.ino = st.st_ino;
   out.path = used_path;
   if (used != name) {
     out.message = fmt::format("lazypin: LAZYPIN_LOG={} exists (lazypin never overwrites a file); "
@@ -324,7 +326,7 @@ std::unique_ptr<Log> Log::Open(const std::string& path, std::string* error) {
   }
   if (!file.message.empty()) fprintf(stderr, "%s\n", file.message.c_str());
   std::unique_ptr<Log> log(new Log(path, nullptr));
-  log->Adopt(file.fd, std::move(file.path));
+  log->Adopt(file);
   log->file_state_.store(kWriting, std::memory_order_release);
   if (!log->StartWriter(nullptr)) {
     *error = "lazypin: cannot start the log's writer thread; not writing a log file";
@@ -355,13 +357,15 @@ bool Log::StartWriter(Preamble preamble) {
   }
 }
 
-void Log::Adopt(int fd, std::string path) {
+void Log::Adopt(CreatedLogFile& file) {
   struct rlimit limit;
   if (getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
     size_limit_ = limit.rlim_cur;
   }
-  fd_.Hold(fd);
-  path_ = std::move(path);
+  // The program may have taken the number over since the file was created
+  // on another thread: Take checks it against the identity read then.
+  fd_.Take(file.fd, file.dev, file.ino);
+  path_ = std::move(file.path);
 }
 
 void Log::CreateFileSlow() {
@@ -385,6 +389,17 @@ int Log::OwnFd() {
   return fd_.Hold(fd) ? fd_.get() : -1;
 }
 
+bool Log::WriteOwn(std::string_view data, std::string_view tail) {
+  bool written = false;
+  if (OwnFd() < 0 || !fd_.Use([&](int fd) {
+        written = WriteAll(fd, data.data(), data.size(), &offset_, size_limit_) &&
+                  (tail.empty() || WriteAll(fd, tail.data(), tail.size(), &offset_, size_limit_));
+      })) {
+    errno = EBADF;
+  }
+  return written;
+}
+
 void Log::GiveUp() { file_state_.store(kGaveUp, std::memory_order_release); }
 
 void Log::RunWriter(Preamble preamble) {
@@ -404,7 +419,7 @@ void Log::RunWriter(Preamble preamble) {
     if (file.fd < 0) {
       GiveUp();  // the records are still taken (and counted by the Formatter)
     } else {
-      Adopt(file.fd, std::move(file.path));
+      Adopt(file);
       // The preamble goes first: nothing else writes before kWriting.
       if (preamble) {
         for (const std::string& line : preamble(path_)) {
@@ -473,7 +488,7 @@ void Log::Drain() {
   if (chunk_.capacity() == 0) chunk_.reserve(1 << 16);
   auto flush = [&] {
     if (!chunk_.empty() && writing && failed_errno_.load(std::memory_order_relaxed) == 0 &&
-        !WriteAll(OwnFd(), chunk_.data(), chunk_.size(), &offset_, size_limit_)) {
+        !WriteOwn(chunk_, {})) {
       failed_errno_.store(errno == 0 ? EIO : errno, std::memory_order_relaxed);
     }
     chunk_.clear();
@@ -548,9 +563,7 @@ void Log::DrainFromSignal(int timeout_ms) {
 
 bool Log::WriteLine(std::string_view line) {
   if (failed_errno_.load(std::memory_order_relaxed) != 0) return false;
-  const int fd = OwnFd();
-  if (!WriteAll(fd, line.data(), line.size(), &offset_, size_limit_) ||
-      !WriteAll(fd, "\n", 1, &offset_, size_limit_)) {
+  if (!WriteOwn(line, "\n")) {
     failed_errno_.store(errno == 0 ? EIO : errno, std::memory_order_relaxed);
     return false;
   }

@@ -85,6 +85,8 @@ enum class LogPathResolver { kAuto, kWalk };
 //  - No call can block: the create is O_NONBLOCK (cleared afterwards).
 struct CreatedLogFile {
   int fd = -1;
+  dev_t dev = 0;  // the file's identity, read at its creation: a thread that
+  ino_t ino = 0;  // takes `fd` later checks it still names this file
   std::string path;
   std::string message;
 };
@@ -173,11 +175,14 @@ class Log {
   enum FileState : int { kCreating, kWriting, kGaveUp };
   Log(std::string path, Formatter format) : path_(std::move(path)), format_(std::move(format)) {}
   bool StartWriter(Preamble preamble);  // false: no thread
-  void Adopt(int fd, std::string path);  // the created file (the caller then sets kWriting)
+  void Adopt(CreatedLogFile& file);  // the created file (the caller then sets kWriting)
   void CreateFileSlow();
   // The file's descriptor while it is lazypin's; after the program took its
   // number over, the same file reopened by its name (once), else -1.
   int OwnFd();
+  // `data` then `tail` to the file while the descriptor is lazypin's
+  // (HeldFd::Use); false with errno set otherwise.
+  bool WriteOwn(std::string_view data, std::string_view tail);
   void GiveUp();                         // no file: kGaveUp, records formatted and dropped
   void RunWriter(Preamble preamble);     // the writer thread's body
   void Drain();                          // the consumer: takes, formats and writes every record

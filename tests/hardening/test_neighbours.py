@@ -57,6 +57,19 @@ class Neighbours(Base):
         self.assertIn("read back 1024", bare.out)
         self.assertTrue(runs["log"].records, "the log goes on in its own file")
 
+    # Every descriptor from 3 up closed (close() on each, close_range,
+    # closefrom): the program closes what it opened, lazypin's are not its to
+    # close (EBADF, as for a closed number), and the log holds every call.
+    def test_program_closes_every_descriptor(self):
+        for how in ("close", "range", "from"):
+            bare, runs = self.compare(["closeall", how])
+            self.assertIn("next open: 3", bare.out)
+            for label, run in runs.items():
+                if label == "bare":
+                    continue
+                calls = [r for r in run.records if r["type"] == "call"]
+                self.assertGreaterEqual(len(calls), 2 * 104, (how, label, len(calls)))
+
     # A pipe's read end dup2'd onto the kernel watch's descriptor: the
     # program's byte stays in its pipe, and a mapping made where deferred
     # memory was unmapped is copied with its own bytes.

@@ -364,6 +364,8 @@ class PreloadTest(AppTestCase):
                    # address-space limits, glibc's figures, the program's dispositions
                    "setrlimit", "setrlimit64", "prlimit", "prlimit64", "mallinfo", "mallinfo2",
                    "sigaction", "signal", "bsd_signal",
+                   # the numbers lazypin holds, free to the program
+                   "dup2", "dup3", "close", "close_range", "closefrom",
                    "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyAsync",
                    "cuMemcpy2DAsync_v2", "cuMemcpy3DAsync_v2", "cuMemcpyHtoDAsync_v2_ptsz",
                    "cuMemcpyDtoHAsync_v2_ptsz", "cuMemcpyAsync_ptsz", "cuMemcpy2DAsync_v2_ptsz",
