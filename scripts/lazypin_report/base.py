@@ -16,9 +16,17 @@ SIZE_CLASSES = (("4K", 4 << 10), ("16K", 16 << 10), ("64K", 64 << 10),
                 ("1G", 1 << 30), ("4G", 4 << 30), ("big", None))
 SIZE_CLASS_NAMES = tuple(n for n, _ in SIZE_CLASSES)
 
-RESULT_NAMES = {0: "success", 1: "invalid value", 2: "out of memory",
+RESULT_NAMES = {0: "success", 1: "invalid value", 2: "out of memory", 3: "initialization error",
+                35: "insufficient driver", 100: "no device",
                 201: "invalid context", 712: "host memory already registered",
                 713: "host memory not registered"}
+# Results that mean the process had no CUDA driver it could use (the
+# runtime's cudaErrorInsufficientDriver, cudaErrorNoDevice; the driver's
+# CUDA_ERROR_NOT_INITIALIZED): the report and `lazypin run` then name --sim.
+NO_DRIVER_CODES = (3, 35, 100)
+NO_DRIVER_HINT = ("no CUDA driver the program could use was loaded: on a machine without a GPU, "
+                  "`lazypin run --sim` runs a program linked with the shared CUDA runtime on the "
+                  "simulated stack")
 
 EVICT_REASONS = ("lru", "idle", "overlap", "make_room", "query", "free", "realloc",
                  "munmap", "mremap", "mmap_fixed", "madvise", "brk", "shmdt",

@@ -4,7 +4,7 @@ import json
 import os
 import shlex
 
-from .base import api_sort_key, result_name, size_class_label
+from .base import NO_DRIVER_CODES, NO_DRIVER_HINT, api_sort_key, result_name, size_class_label
 from .fmt import fmt_bytes, fmt_driver, fmt_ns, fmt_pct, fmt_ratio, fmt_start, table
 
 
@@ -314,6 +314,8 @@ def render_text(doc, top=10):
                  ", ".join("%s %d" % (a, n) for a, n in sorted(e["apis"].items(), key=lambda x: api_sort_key(x[0])))]
                 for e in doc["errors"]]
         L += table(["code", "name", "count", "apis"], rows, left=(1, 3))
+        if any(e["code"] in NO_DRIVER_CODES for e in doc["errors"]):
+            L.append("  " + NO_DRIVER_HINT)
     else:
         L.append("  none")
 
