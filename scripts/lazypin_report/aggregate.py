@@ -7,7 +7,8 @@ from .savings import autopin_run_saving, pool_saving
 from .callsites import call_sites
 from .advice import advise
 
-def analyze(logs, top=10):
+def analyze(logs, top=10, borrowed=None):
+    """`borrowed`: prices for what the logs' own calls cannot price (savings.pool_saving)."""
     by_api = {}
     by_class = {}
     totals = Agg()
@@ -64,7 +65,7 @@ def analyze(logs, top=10):
         for p in spools:
             for r, n in (p.get("evictions") or {}).items():
                 summary_evictions[r] = summary_evictions.get(r, 0) + as_int(n)
-    sv, per_log = pool_saving(logs)
+    sv, per_log = pool_saving(logs, borrowed)
     evict_count = sum(a.n for a in ev_by_reason.values())
     pool_used = bool(hits or misses or deferred or evict_count)
     pool = {

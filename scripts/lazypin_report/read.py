@@ -703,28 +703,38 @@ def load(args, top=10, progress=True):
             pass
     prog = Progress(total) if progress else None
     logs = []
-    skipped = []
+    skipped = []     # (path, why) of files found through a directory or glob
     try:
         for path, explicit in inputs:
-            log = read_log(path, explicit, prog, top)
+            try:
+                log = read_log(path, explicit, prog, top)
+            except ReportError as e:
+                if explicit:
+                    raise
+                # one bad file of a directory or glob: the others are reported
+                skipped.append((path, str(e)[len(path) + 2:] if str(e).startswith(path + ": ") else str(e)))
+                continue
             if prog is not None:
                 try:
                     prog.file_done(os.path.getsize(path))
                 except OSError:
                     pass
             if log is None:
-                skipped.append(path)
+                skipped.append((path, "empty log"))
             else:
                 logs.append(log)
     finally:
         if prog is not None:
             prog.finish()
     if not logs:
-        raise ReportError("%s: empty log%s (no records)"
-                          % (", ".join(skipped) or " ".join(args),
-                             "" if len(skipped) == 1 else "s"))
-    for path in skipped:
-        logs[0].reader_warnings.append("%s: empty log, skipped" % path)
+        if skipped and all(why == "empty log" for _, why in skipped):
+            raise ReportError("%s: empty log%s (no records)"
+                              % (", ".join(p for p, _ in skipped), "" if len(skipped) == 1 else "s"))
+        raise ReportError("no log could be read: %s" % "; ".join("%s: %s" % s for s in skipped)
+                          if skipped else "%s: empty log (no records)" % " ".join(args))
+    for path, why in skipped:
+        logs[0].reader_warnings.append("%s: %s, skipped" % (path, why))
+        print("%s: %s: %s, skipped" % (PROG, path, why), file=sys.stderr)
     return logs
 
 

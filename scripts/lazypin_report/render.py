@@ -388,9 +388,16 @@ def render_compare(base, other, cmp):
     if s is not None:
         who = "B" if s["pooled_run"] == "other" else "A"
         word = "saved" if s["saved_ns"] >= 0 else "cost"
-        L.append("  the pool (%s) %s %s, measured: bare %s - pooled %s (calls and evictions)%s"
-                 % (who, word, fmt_ns(abs(s["saved_ns"])), fmt_ns(s["bare_ns"]), fmt_ns(s["pooled_ns"]),
-                    "; bare scaled per API to the pooled run's call count" if s["scaled"] else ""))
+        if s["measured"]:
+            L.append("  the pool (%s) %s %s, measured: bare %s - pooled %s (calls and evictions)%s"
+                     % (who, word, fmt_ns(abs(s["saved_ns"])), fmt_ns(s["bare_ns"]), fmt_ns(s["pooled_ns"]),
+                        "; bare scaled per API to the pooled run's call count" if s["scaled"] else ""))
+        else:
+            L.append("  registration time: bare %s, pooled (%s) %s, a difference of %s%s; not a measured "
+                     "saving: the runs differ (--force)"
+                     % (fmt_ns(s["bare_ns"]), who, fmt_ns(s["pooled_ns"]),
+                        ("-" if s["saved_ns"] < 0 else "") + fmt_ns(abs(s["saved_ns"])),
+                        " (bare scaled per API to the pooled run's call count)" if s["scaled"] else ""))
         L.append("  (from the pooled run's log alone: %s)" % s["estimate_text"])
         if s.get("autopin"):
             L.append("  auto-pin: %s; its registers took %s (%s)"
