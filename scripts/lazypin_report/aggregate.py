@@ -87,8 +87,10 @@ def analyze(logs, top=10, borrowed=None):
         "pooled_bytes_at_exit": ssum("pooled_bytes"),
         "pooled_entries_at_exit": ssum("pooled_entries"),
         "saved_ns_est": sv["saved_ns"] if sv["estimable"] else None,
-        "saved_ns_source": "records",
+        "saved_ns_source": "borrowed" if sv["borrowed"] else "records",
         "saved_ns_records": sv["saved_ns"] if sv["estimable"] else None,
+        # the shim's own figures (its summary records' pool.saving), summed
+        "saved_ns_summary": summary_saving(spools),
         "saving": sv,
     }
     host_releases = {}
@@ -174,6 +176,13 @@ def analyze(logs, top=10, borrowed=None):
         "errors": errors,
         "warnings": warnings,
     }
+
+
+def summary_saving(spools):
+    """The summaries' pool.saving.saved_ns summed (None: no summary has one)."""
+    vals = [as_int(p["saving"].get("saved_ns")) for p in spools
+            if isinstance(p.get("saving"), dict) and "saved_ns" in p["saving"]]
+    return sum(vals) if vals else None
 
 
 def devices_summary(logs):

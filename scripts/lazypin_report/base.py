@@ -209,10 +209,12 @@ class Agg:
         return out
 
     def stats(self, nbytes=True):
+        """STATS of docs/tools.md (--json): integer nanoseconds."""
+        ns = lambda v: None if v is None else int(round(v))
         return {"calls": self.n, "errors": self.errors,
-                "bytes": self.bytes if nbytes else 0, "total_ns": self.total,
-                "p50_ns": self.percentile(0.5), "p90_ns": self.percentile(0.9),
-                "p99_ns": self.percentile(0.99), "max_ns": self.max if self.n else None}
+                "bytes": self.bytes if nbytes else 0, "total_ns": ns(self.total),
+                "p50_ns": ns(self.percentile(0.5)), "p90_ns": ns(self.percentile(0.9)),
+                "p99_ns": ns(self.percentile(0.99)), "max_ns": ns(self.max) if self.n else None}
 
 
 def merged(aggs):

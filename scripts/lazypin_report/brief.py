@@ -97,7 +97,7 @@ def brief_summary(paths, read_limit=None):
         if not unsummarized:
             return brief_from_summaries(paths)
         # a log ended by a signal has no full summary: all are read (as the report would)
-    logs = load(paths, top=0)
+    logs = load(paths, top=0, lenient=True)
     doc = analyze(logs, top=0)
     L = []
     rows = [[api, s["calls"], s["errors"], fmt_ns(s["p50_ns"]), fmt_ns(s["p99_ns"]),

@@ -117,6 +117,7 @@ class Log:
         # auto-pins (LAZYPIN_AUTOPIN): {"pins", "failed", "bytes", "register_ns", "apis": {api: n}}
         self.autopin = {"pins": 0, "failed": 0, "bytes": 0, "register_ns": 0, "apis": {}}
         self.last_size = {}         # log mode: ptr -> bytes of its last register
+        self.rereg_classes = {}     # log mode: size class -> registers the pool would serve
         self.registered = {}        # log mode: (ptr, bytes) -> latency of its last unregister (None: registered)
         self.f = {"rereg": 0, "rereg_ns": 0, "idle_reuse": 0, "idle_gap_max_ns": 0, "lru_reload": 0, "pattern": 0,
                   "too_big": 0, "too_big_max": 0, "busy": 0, "busy_bytes": 0,
@@ -202,6 +203,8 @@ class Log:
             if prev is not False and prev is not None:
                 self.f["rereg"] += 1
                 self.f["rereg_ns"] += lat + prev
+                c = size_class(nbytes)
+                self.rereg_classes[c] = self.rereg_classes.get(c, 0) + 1
             if key in r or len(r) < PTR_MEMORY:
                 r[key] = None
             if ptr in self.last_size or len(self.last_size) < PTR_MEMORY:
@@ -693,8 +696,11 @@ def read_log(path, explicit=True, progress=None, top=10):
     return log
 
 
-def load(args, top=10, progress=True):
-    inputs = expand_inputs(args)
+def load(args, top=10, progress=True, lenient=False):
+    """The logs `args` name. A bad file found through a directory or glob is
+    skipped and named; one named on the command line is fatal, unless
+    `lenient` (lazypin run's closing lines, on the files a pattern matched)."""
+    inputs = [(p, explicit and not lenient) for p, explicit in expand_inputs(args)]
     total = 0
     for p, _ in inputs:
         try:
@@ -798,6 +804,7 @@ def process_info(log):
         "ended_by": s.get("ended_by") if log.summary is not None else None,
         "duration_ns": (as_int(s.get("t_ns"), None) if log.summary is not None else log.last_t),
         "cut": log.cut,
+        "records_end_ns": log.cut_at,
         "pool_peak_bytes": as_int(pool.get("peak_bytes"), None) if "peak_bytes" in pool else None,
         "pool_peak_entries": as_int(pool.get("peak_entries"), None) if "peak_entries" in pool else None,
     }

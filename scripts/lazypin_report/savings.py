@@ -184,13 +184,16 @@ def saving_text(sv):
             k, "" if k == 1 else "es", n, "" if n == 1 else "s")
         if sv.get("not_estimable"):
             out += "; %d processes not estimable, left out" % sv["not_estimable"]
-    else:
+    elif n or not sv.get("borrowed"):
         out += " (estimated from %d real call%s of this run" % (n, "" if n == 1 else "s")
+    else:
+        out += " (estimated"
     if sv.get("borrowed"):
         k, c = sv["borrowed"], sv["borrowed_calls"]
-        out += "; %d hit%s/deferral%s priced from %d real call%s of %s, %s" % (
+        out += "%s%d hit%s/deferral%s priced from %d real call%s of %s, %s" % (
+            "; " if n or sv["processes"] > 1 else ": ",
             k, "" if k == 1 else "s", "" if k == 1 else "s", c, "" if c == 1 else "s",
-            sv["borrowed_from"], "having too few of its own" if sv["processes"] == 1
+            sv["borrowed_from"], "this run having too few of its own" if sv["processes"] == 1
             else "for processes with too few of their own")
     unpriced = (sv["hits"] - sv["hits_priced"]) + (sv["deferred"] - sv["deferred_priced"])
     if unpriced:
@@ -329,9 +332,22 @@ def measured_saving(bare, pooled, side):
 
 def defer_estimate_ns(logs):
     """Log mode: what --defer would save on registers of an address and size
-    registered before (with an unregister between): those registers' time
-    and that of the unregisters before them."""
-    return sum(log.f["rereg_ns"] for log in logs)
+    registered before (with an unregister between), priced as the pool's
+    saving prices hits and deferrals (saving_of): each such register at the
+    mean warm register of its size class, the unregister before it at the
+    mean unregister; where this run has too few calls to price them, the
+    time those calls took here."""
+    total = 0.0
+    for log in logs:
+        prices = log_prices(log)
+        n = log.f["rereg"]
+        priced = all(prices["reg"].get(c) for c in log.rereg_classes) and prices["unreg"]
+        if not n or not priced:
+            total += log.f["rereg_ns"]
+            continue
+        total += sum(k * prices["reg"][c][1] for c, k in log.rereg_classes.items())
+        total += n * prices["unreg"][1]
+    return round_ns(total)
 
 
 SAVING_METHOD = (

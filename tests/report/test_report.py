@@ -780,7 +780,7 @@ class TrueSavings(InTempDir):
         self.assertEqual((sv["deferred_priced"], sv["borrowed"]), (1000, 1000))
         self.assertEqual(d["pool"]["saved_ns_est"], truth)
         self.assertIn("1000 hits/deferrals priced from 1000 real calls of another log of the "
-                      "same program (bare.jsonl), having too few of its own", sv["text"])
+                      "same program (bare.jsonl), this run having too few of its own", sv["text"])
         self.assertNotIn("unpriced", sv["text"])
         # the same figure in the directory's report, and in --compare's estimate
         self.assertEqual(report_json(self.d)["processes"][1]["saved_ns"], truth)
