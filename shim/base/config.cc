@@ -157,7 +157,7 @@ constexpr int64_t kMaxIdleMs = int64_t{1} << 40;
 }  // namespace
 
 const Option kOptions[] = {
-    {"LAZYPIN_MODE", "mode", "log", "log", "off, log or defer",
+    {"LAZYPIN_MODE", "mode", "log", "log", "off, log or defer (any case)",
      "off: pass everything through; log: time and log every call; defer: also keep "
      "unregistered memory registered in the pool",
      [](std::string_view t, uint64_t, Config* c) { return Store(ParseMode(t), &c->mode); },
@@ -376,6 +376,14 @@ ParsedConfig ParseConfig(const std::function<const char*(const char*)>& getenv,
     // A bad value is one message: "VAR=value ignored: what it accepts; using the default".
     parsed.errors.push_back(fmt::format("lazypin: {}=\"{}\" ignored: accepts {}; using {}",
                                         o.name, Shown(raw), o.accepts, o.shown));
+  }
+  // A pool bound above the memory (99999T) could never be reached: it is the
+  // memory, and one line says so.
+  if (physical_ram > 0 && c.pool_bytes > physical_ram) {
+    parsed.errors.push_back(fmt::format("lazypin: LAZYPIN_POOL_BYTES=\"{}\" is more than this "
+                                        "machine's memory; using the memory, {} bytes",
+                                        Shown(getenv("LAZYPIN_POOL_BYTES")), physical_ram));
+    c.pool_bytes = physical_ram;
   }
   for (const char* const* e = environ; e != nullptr && *e != nullptr; ++e) {
     const std::string_view entry(*e);
