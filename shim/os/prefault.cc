@@ -281,6 +281,12 @@ PrefaultMachine ReadPrefaultMachine() {
   return m;
 }
 
+bool CpuHasProtectionKeys() { return HavePkeys(); }
+
+void PrefaultAssumeNoPopulateForTest(bool none) {
+  g_unsupported.store(none, std::memory_order_relaxed);
+}
+
 bool HugePagesRefused(uintptr_t lo, uintptr_t hi) {
   if (prctl(PR_GET_THP_DISABLE, 0, 0, 0, 0) == 1) return true;
   FILE* f = fopen("/proc/self/smaps", "re");

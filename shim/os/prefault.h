@@ -117,6 +117,11 @@ inline int PrefaultRange(uintptr_t lo, uintptr_t hi, int threads) {
 // writable, every page private anonymous and mapped readable and writable.
 bool ShouldPrefault(uintptr_t lo, uintptr_t hi, unsigned flags, int threads);
 
+// Whether the kernel enabled memory protection keys on this CPU (OSPKE).
+bool CpuHasProtectionKeys();
+// Tests: act as on a kernel without MADV_POPULATE_WRITE (true), or as found.
+void PrefaultAssumeNoPopulateForTest(bool none);
+
 // Whether the mappings overlapping [lo, hi) say no to huge pages
 // (VmFlags "nh" in /proc/self/smaps), or the process does (PR_GET_THP_DISABLE).
 bool HugePagesRefused(uintptr_t lo, uintptr_t hi);

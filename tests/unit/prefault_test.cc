@@ -100,6 +100,51 @@ TEST(PrefaultTest, ARangeItCannotFaultInIsLeftAsItWas) {
   munmap(ro, big);
 }
 
+TEST(PrefaultTest, AConcurrentWriterKeepsEveryByteItWrote) {
+  // Each helper's write is an atomic fetch-or of 0: a byte the program
+  // writes meanwhile on another thread is never written back over.
+  const size_t bytes = 2 * kPrefaultMinBytes;
+  auto* p = static_cast<unsigned char*>(
+      mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(p, MAP_FAILED);
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::thread writer([&] {
+    for (int round = 1; round <= 3; ++round) {
+      for (size_t at = 0; at < bytes; at += page) {
+        __atomic_store_n(&p[at], static_cast<unsigned char>(round + (at / page) % 7),
+                         __ATOMIC_RELAXED);
+      }
+    }
+  });
+  const auto lo = reinterpret_cast<uintptr_t>(p);
+  PrefaultRange(lo, lo + bytes, PrefaultOptions{4, false});
+  writer.join();
+  for (size_t at = 0; at < bytes; at += page) {
+    if (p[at] != static_cast<unsigned char>(3 + (at / page) % 7)) {
+      ADD_FAILURE() << "page " << at / page << " lost the writer's byte";
+      break;
+    }
+  }
+  munmap(p, bytes);
+}
+
+TEST(PrefaultTest, WithoutPopulateItTouchesOnlyWhereNoKeyCanDenyIt) {
+  // A kernel before 5.14: no MADV_POPULATE_WRITE to check the caller's
+  // rights with; touching is then safe only on a CPU without protection keys.
+  PrefaultAssumeNoPopulateForTest(true);
+  const size_t bytes = kPrefaultMinBytes;
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  const auto lo = reinterpret_cast<uintptr_t>(p);
+  const bool keys = CpuHasProtectionKeys();
+  EXPECT_EQ(ShouldPrefault(lo, lo + bytes, 0, 4), !keys);
+  const PrefaultResult r = PrefaultRange(lo, lo + bytes, PrefaultOptions{4, false});
+  EXPECT_EQ(r.touched, !keys);
+  EXPECT_EQ(Resident(p, bytes), keys ? 0 : bytes);
+  PrefaultAssumeNoPopulateForTest(false);
+  munmap(p, bytes);
+}
+
 // A machine of `cpus` CPUs, node = cpu / per_node.
 PrefaultMachine Machine(int cpus, int per_node, int caller_node) {
   PrefaultMachine m;
