@@ -24,7 +24,10 @@
 // write (where the driver fails) gets nothing more, and no helper ever takes
 // a fault the program's own thread would not. Where the kernel lacks
 // MADV_POPULATE_WRITE (before Linux 5.14) the helpers touch only on a CPU
-// without protection keys.
+// without protection keys. One difference is left: a program that unmaps or
+// write-protects the range on another thread while this thread registers it
+// (a race of its own) can have a helper take the SIGSEGV where the driver's
+// pin would have failed with an error.
 //
 // Threads: at most LAZYPIN_PREFAULT, at most the CPUs of the calling
 // thread's affinity mask (sched_getaffinity), one slice of at least 16 MiB
