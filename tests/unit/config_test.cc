@@ -236,7 +236,8 @@ TEST(ConfigTest, TheHeaderConfigHasOneKeyPerOption) {
   EXPECT_EQ(json,
             R"({"mode":"defer","log":"a\"b.jsonl","log_max":268435456,"summary":true,"pool_bytes":4294967296,)"
             R"("pool_entries":65536,"idle_ms":10000,"check_pfn":false,"release_at_exit":false,)"
-            R"("watch":"auto","defer_shared":false,"unregister_wait":true,"stacks":"1","prefault":4,)"
+            R"("watch":"auto","defer_shared":false,"unregister_wait":true,"stacks":"1","prefault":16,)"
+            R"("prefault_huge":false,)"
             R"("host_alloc_cache":4294967296,"autopin":false,)"
             R"("autopin_min":4194304,"autopin_bytes":1717986918,"autopin_after":1,)"
             R"("reuse_freed":858993459,"keep_margin":268435456})");
