@@ -173,8 +173,9 @@ def advise(logs, procs, pool):
         add("defer",
             "%d of %d registers were of an address and size registered before (with an "
             "unregister between): in defer mode they would be pool hits" % (n, regs),
-            "try --defer: estimated %s saved, the time these registers and the unregisters "
-            "before them took here" % fmt_ns(est),
+            "try --defer: estimated %s saved (these registers and the unregisters before "
+            "them, priced as the pool's saving is: at this run's mean register of their size "
+            "and mean unregister)" % fmt_ns(est),
             {"LAZYPIN_MODE": "defer"}, pids_with("rereg"))
 
     n = total("pattern")

@@ -7,7 +7,8 @@ from .savings import autopin_run_saving, pool_saving
 from .callsites import call_sites
 from .advice import advise
 
-def analyze(logs, top=10):
+def analyze(logs, top=10, borrowed=None):
+    """`borrowed`: prices for what the logs' own calls cannot price (savings.pool_saving)."""
     by_api = {}
     by_class = {}
     totals = Agg()
@@ -64,7 +65,7 @@ def analyze(logs, top=10):
         for p in spools:
             for r, n in (p.get("evictions") or {}).items():
                 summary_evictions[r] = summary_evictions.get(r, 0) + as_int(n)
-    sv, per_log = pool_saving(logs)
+    sv, per_log = pool_saving(logs, borrowed)
     evict_count = sum(a.n for a in ev_by_reason.values())
     pool_used = bool(hits or misses or deferred or evict_count)
     pool = {
@@ -86,8 +87,10 @@ def analyze(logs, top=10):
         "pooled_bytes_at_exit": ssum("pooled_bytes"),
         "pooled_entries_at_exit": ssum("pooled_entries"),
         "saved_ns_est": sv["saved_ns"] if sv["estimable"] else None,
-        "saved_ns_source": "records",
+        "saved_ns_source": "borrowed" if sv["borrowed"] else "records",
         "saved_ns_records": sv["saved_ns"] if sv["estimable"] else None,
+        # the shim's own figures (its summary records' pool.saving), summed
+        "saved_ns_summary": summary_saving(spools),
         "saving": sv,
     }
     host_releases = {}
@@ -173,6 +176,13 @@ def analyze(logs, top=10):
         "errors": errors,
         "warnings": warnings,
     }
+
+
+def summary_saving(spools):
+    """The summaries' pool.saving.saved_ns summed (None: no summary has one)."""
+    vals = [as_int(p["saving"].get("saved_ns")) for p in spools
+            if isinstance(p.get("saving"), dict) and "saved_ns" in p["saving"]]
+    return sum(vals) if vals else None
 
 
 def devices_summary(logs):

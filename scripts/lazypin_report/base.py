@@ -16,9 +16,17 @@ SIZE_CLASSES = (("4K", 4 << 10), ("16K", 16 << 10), ("64K", 64 << 10),
                 ("1G", 1 << 30), ("4G", 4 << 30), ("big", None))
 SIZE_CLASS_NAMES = tuple(n for n, _ in SIZE_CLASSES)
 
-RESULT_NAMES = {0: "success", 1: "invalid value", 2: "out of memory",
+RESULT_NAMES = {0: "success", 1: "invalid value", 2: "out of memory", 3: "initialization error",
+                35: "insufficient driver", 100: "no device",
                 201: "invalid context", 712: "host memory already registered",
                 713: "host memory not registered"}
+# Results that mean the process had no CUDA driver it could use (the
+# runtime's cudaErrorInsufficientDriver, cudaErrorNoDevice; the driver's
+# CUDA_ERROR_NOT_INITIALIZED): the report and `lazypin run` then name --sim.
+NO_DRIVER_CODES = (3, 35, 100)
+NO_DRIVER_HINT = ("no CUDA driver the program could use was loaded: on a machine without a GPU, "
+                  "`lazypin run --sim` runs a program linked with the shared CUDA runtime on the "
+                  "simulated stack")
 
 EVICT_REASONS = ("lru", "idle", "overlap", "make_room", "query", "free", "realloc",
                  "munmap", "mremap", "mmap_fixed", "madvise", "brk", "shmdt",
@@ -201,10 +209,12 @@ class Agg:
         return out
 
     def stats(self, nbytes=True):
+        """STATS of docs/tools.md (--json): integer nanoseconds."""
+        ns = lambda v: None if v is None else int(round(v))
         return {"calls": self.n, "errors": self.errors,
-                "bytes": self.bytes if nbytes else 0, "total_ns": self.total,
-                "p50_ns": self.percentile(0.5), "p90_ns": self.percentile(0.9),
-                "p99_ns": self.percentile(0.99), "max_ns": self.max if self.n else None}
+                "bytes": self.bytes if nbytes else 0, "total_ns": ns(self.total),
+                "p50_ns": ns(self.percentile(0.5)), "p90_ns": ns(self.percentile(0.9)),
+                "p99_ns": ns(self.percentile(0.99)), "max_ns": ns(self.max) if self.n else None}
 
 
 def merged(aggs):

@@ -4,7 +4,7 @@ summary records when the logs are large."""
 import json
 import os
 
-from .base import api_sort_key, as_int
+from .base import NO_DRIVER_CODES, NO_DRIVER_HINT, api_sort_key, as_int
 from .fmt import fmt_ns, fmt_pct, table
 from .read import load
 from .aggregate import analyze
@@ -91,9 +91,13 @@ def brief_summary(paths, read_limit=None):
         size = sum(os.path.getsize(p) for p in paths)
     except OSError:
         size = 0
+    unsummarized = 0
     if size > (BRIEF_READ_LIMIT if read_limit is None else read_limit):
-        return brief_from_summaries(paths)
-    logs = load(paths, top=0)
+        unsummarized = sum(1 for p in paths if not isinstance((last_summary(p) or {}).get("apis"), dict))
+        if not unsummarized:
+            return brief_from_summaries(paths)
+        # a log ended by a signal has no full summary: all are read (as the report would)
+    logs = load(paths, top=0, lenient=True)
     doc = analyze(logs, top=0)
     L = []
     rows = [[api, s["calls"], s["errors"], fmt_ns(s["p50_ns"]), fmt_ns(s["p99_ns"]),
@@ -111,4 +115,18 @@ def brief_summary(paths, read_limit=None):
     n = len(doc["warnings"])
     if n:
         L.append("  %d warning%s: see `lazypin report`" % (n, "" if n == 1 else "s"))
+    L += no_driver_lines(doc)
+    if unsummarized:
+        L.append("  (%d log%s without a full summary (ended by a signal): read from the records)"
+                 % (unsummarized, "" if unsummarized == 1 else "s"))
     return "\n".join(L)
+
+
+def no_driver_lines(doc):
+    """The line naming --sim when calls failed for want of a CUDA driver."""
+    bad = [e for e in doc["errors"] if e["code"] in NO_DRIVER_CODES]
+    if not bad:
+        return []
+    n = sum(e["count"] for e in bad)
+    return ["  %d call%s failed with %s: %s" % (n, "" if n == 1 else "s", ", ".join(
+        "%d (%s)" % (e["code"], e["name"]) for e in bad), NO_DRIVER_HINT)]

@@ -156,7 +156,7 @@ def call_sites(logs, depth=4):
             e["time_ns"] += g.total
     out = list(sites.values())
     for e in out:
-        e["saved_ns"] = e.pop("bare_ns") - e["time_ns"]
+        e["saved_ns"] = int(round(e.pop("bare_ns") - e["time_ns"]))
     return {"symbolizer": tool[0] if tool else None,
             "by_time": sorted(out, key=lambda e: (-e["time_ns"], e["frames"])),
             "by_saved": sorted(out, key=lambda e: (-e["saved_ns"], e["frames"]))}

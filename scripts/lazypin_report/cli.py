@@ -8,7 +8,8 @@ import sys
 from .base import JSON_SCHEMA, PROG, ReportError
 from .read import load
 from .aggregate import analyze
-from .compare import compare, run_differences
+from .compare import compare, is_bare, run_differences
+from .savings import borrowed_prices
 from .render import render_compare, render_text
 from .plot import PLOT_HINT, PLOT_PYTHON, import_pyplot, plot, plot_missing_message, python_with_matplotlib
 
@@ -71,8 +72,12 @@ def main(argv=None):
             print("%s: --compare needs runs of the same program with the same arguments; %s "
                   "(--force compares them anyway)" % (PROG, "; ".join(diff)), file=sys.stderr)
             return 2
-        cmp = compare(doc, other)
-        cmp["differences"] = diff
+        if not diff:   # the bare run's real calls price what the pooled run's cannot
+            if is_bare(doc) and not is_bare(other):
+                other = analyze(other_logs, args.top, borrowed_prices(logs, "the bare run (--compare)"))
+            elif is_bare(other) and not is_bare(doc):
+                doc = analyze(logs, args.top, borrowed_prices(other_logs, "the bare run (--compare)"))
+        cmp = compare(doc, other, diff)
 
     plot_msg = None
     if args.plot:

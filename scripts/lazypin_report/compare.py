@@ -35,7 +35,10 @@ def run_differences(base, other):
     return out
 
 
-def compare(base, other):
+def compare(base, other, differences=()):
+    """The comparison document; `differences` (run_differences, --force):
+    the runs are of other programs or arguments, so the difference of their
+    registration time is no measurement of the pool."""
     apis = sorted(set(base["apis"]) | set(other["apis"]), key=api_sort_key)
     out = {}
     for api in apis:
@@ -51,7 +54,7 @@ def compare(base, other):
     tb = base["totals"]["total_ns"]
     to = other["totals"]["total_ns"]
     res = {"apis": out, "total_ns": {"baseline": tb, "other": to, "ratio": ratio(tb, to)},
-           "saving": None}
+           "saving": None, "differences": list(differences)}
     # the measured saving: a bare run against a pooled one
     bare, pooled, side = None, None, None
     if is_bare(base) and not is_bare(other):
@@ -60,7 +63,11 @@ def compare(base, other):
         bare, pooled, side = other, base, "baseline"
     if bare is not None:
         res["saving"] = measured_saving(bare, pooled, side)
-        saved = res["saving"]["saved_ns"]
-        pooled["pool"]["saved_ns_est"] = saved
-        pooled["pool"]["saved_ns_source"] = "measured"
+        if differences:
+            res["saving"]["measured"] = False
+            res["saving"]["method"] = ("not measured: the difference of the registration time "
+                                       "of two different runs (%s; --force)" % "; ".join(differences))
+        else:
+            pooled["pool"]["saved_ns_est"] = res["saving"]["saved_ns"]
+            pooled["pool"]["saved_ns_source"] = "measured"
     return res

@@ -117,6 +117,7 @@ class Log:
         # auto-pins (LAZYPIN_AUTOPIN): {"pins", "failed", "bytes", "register_ns", "apis": {api: n}}
         self.autopin = {"pins": 0, "failed": 0, "bytes": 0, "register_ns": 0, "apis": {}}
         self.last_size = {}         # log mode: ptr -> bytes of its last register
+        self.rereg_classes = {}     # log mode: size class -> registers the pool would serve
         self.registered = {}        # log mode: (ptr, bytes) -> latency of its last unregister (None: registered)
         self.f = {"rereg": 0, "rereg_ns": 0, "idle_reuse": 0, "idle_gap_max_ns": 0, "lru_reload": 0, "pattern": 0,
                   "too_big": 0, "too_big_max": 0, "busy": 0, "busy_bytes": 0,
@@ -202,6 +203,8 @@ class Log:
             if prev is not False and prev is not None:
                 self.f["rereg"] += 1
                 self.f["rereg_ns"] += lat + prev
+                c = size_class(nbytes)
+                self.rereg_classes[c] = self.rereg_classes.get(c, 0) + 1
             if key in r or len(r) < PTR_MEMORY:
                 r[key] = None
             if ptr in self.last_size or len(self.last_size) < PTR_MEMORY:
@@ -693,8 +696,11 @@ def read_log(path, explicit=True, progress=None, top=10):
     return log
 
 
-def load(args, top=10, progress=True):
-    inputs = expand_inputs(args)
+def load(args, top=10, progress=True, lenient=False):
+    """The logs `args` name. A bad file found through a directory or glob is
+    skipped and named; one named on the command line is fatal, unless
+    `lenient` (lazypin run's closing lines, on the files a pattern matched)."""
+    inputs = [(p, explicit and not lenient) for p, explicit in expand_inputs(args)]
     total = 0
     for p, _ in inputs:
         try:
@@ -703,28 +709,38 @@ def load(args, top=10, progress=True):
             pass
     prog = Progress(total) if progress else None
     logs = []
-    skipped = []
+    skipped = []     # (path, why) of files found through a directory or glob
     try:
         for path, explicit in inputs:
-            log = read_log(path, explicit, prog, top)
+            try:
+                log = read_log(path, explicit, prog, top)
+            except ReportError as e:
+                if explicit:
+                    raise
+                # one bad file of a directory or glob: the others are reported
+                skipped.append((path, str(e)[len(path) + 2:] if str(e).startswith(path + ": ") else str(e)))
+                continue
             if prog is not None:
                 try:
                     prog.file_done(os.path.getsize(path))
                 except OSError:
                     pass
             if log is None:
-                skipped.append(path)
+                skipped.append((path, "empty log"))
             else:
                 logs.append(log)
     finally:
         if prog is not None:
             prog.finish()
     if not logs:
-        raise ReportError("%s: empty log%s (no records)"
-                          % (", ".join(skipped) or " ".join(args),
-                             "" if len(skipped) == 1 else "s"))
-    for path in skipped:
-        logs[0].reader_warnings.append("%s: empty log, skipped" % path)
+        if skipped and all(why == "empty log" for _, why in skipped):
+            raise ReportError("%s: empty log%s (no records)"
+                              % (", ".join(p for p, _ in skipped), "" if len(skipped) == 1 else "s"))
+        raise ReportError("no log could be read: %s" % "; ".join("%s: %s" % s for s in skipped)
+                          if skipped else "%s: empty log (no records)" % " ".join(args))
+    for path, why in skipped:
+        logs[0].reader_warnings.append("%s: %s, skipped" % (path, why))
+        print("%s: %s: %s, skipped" % (PROG, path, why), file=sys.stderr)
     return logs
 
 
@@ -788,6 +804,7 @@ def process_info(log):
         "ended_by": s.get("ended_by") if log.summary is not None else None,
         "duration_ns": (as_int(s.get("t_ns"), None) if log.summary is not None else log.last_t),
         "cut": log.cut,
+        "records_end_ns": log.cut_at,
         "pool_peak_bytes": as_int(pool.get("peak_bytes"), None) if "peak_bytes" in pool else None,
         "pool_peak_entries": as_int(pool.get("peak_entries"), None) if "peak_entries" in pool else None,
     }

@@ -4,7 +4,7 @@ import json
 import os
 import shlex
 
-from .base import api_sort_key, result_name, size_class_label
+from .base import NO_DRIVER_CODES, NO_DRIVER_HINT, api_sort_key, result_name, size_class_label
 from .fmt import fmt_bytes, fmt_driver, fmt_ns, fmt_pct, fmt_ratio, fmt_start, table
 
 
@@ -34,6 +34,11 @@ def stat_row(name, s, with_bytes=True):
     return row
 
 
+# The configuration's sizes (the option table's "a size ..." rows), shown in units.
+CONFIG_SIZES = ("log_max", "pool_bytes", "host_alloc_cache", "autopin_min", "autopin_bytes",
+                "reuse_freed", "keep_margin")
+
+
 def fmt_config(cfg):
     if not cfg:
         return "-"
@@ -43,7 +48,7 @@ def fmt_config(cfg):
             continue
         if isinstance(v, bool):
             v = "yes" if v else "no"
-        elif k == "pool_bytes" and isinstance(v, int):
+        elif (k in CONFIG_SIZES or k.endswith("_bytes")) and isinstance(v, int):
             v = fmt_bytes(v)
         parts.append("%s=%s" % (k, v))
     return " ".join(parts) or "-"
@@ -147,6 +152,15 @@ def render_run(doc, lines):
             lines.append("  mode[%s]  %s" % (p["pid"], fmt_mode(p)))
 
 
+def entries_bound(doc):
+    """LAZYPIN_POOL_ENTRIES of a one-process run (None: several, or unknown)."""
+    procs = doc["processes"]
+    if len(procs) != 1:
+        return None
+    v = (procs[0]["config"] or {}).get("pool_entries")
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
 def render_advice(doc, L):
     L.append("")
     L.append("== advice")
@@ -171,8 +185,9 @@ def render_sites(doc, L, top):
 
     def block(sites, key):
         for i, e in enumerate(sites[:top]):
-            L.append("  #%d  %s spent, %s saved~  %d calls (%d hits, %d to the driver)%s"
-                     % (i + 1, fmt_ns(e["time_ns"]), fmt_ns(e["saved_ns"]), e["calls"], e["hits"],
+            saved = ", %s saved~" % fmt_ns(e["saved_ns"]) if e["saved_ns"] or e["hits"] else ""
+            L.append("  #%d  %s spent%s  %d calls (%d hits, %d to the driver)%s"
+                     % (i + 1, fmt_ns(e["time_ns"]), saved, e["calls"], e["hits"],
                         e["real"], ", %d evictions" % e["evictions"] if e["evictions"] else ""))
             for fr in e["frames"]:
                 L.append("        " + fr)
@@ -224,20 +239,25 @@ def render_text(doc, top=10):
             else:
                 over = " (sum over the %d of %d processes with a full summary)" % (
                     pool["pool_summaries"], nproc)
-            L.append("  peak pooled %s in %s entr%s%s; still pooled at exit %s in %s entries"
+            L.append("  peak pooled %s in %s entr%s%s; still pooled at exit %s in %s entr%s"
                      % (fmt_bytes(pool["peak_bytes"]), pool["peak_entries"],
                         "y" if pool["peak_entries"] == 1 else "ies", over,
-                        fmt_bytes(pool["pooled_bytes_at_exit"]), pool["pooled_entries_at_exit"]))
+                        fmt_bytes(pool["pooled_bytes_at_exit"]), pool["pooled_entries_at_exit"],
+                        "y" if pool["pooled_entries_at_exit"] == 1 else "ies"))
+            bound = entries_bound(doc)
+            if bound is not None and pool["peak_entries"] is not None and pool["peak_entries"] > bound:
+                L.append("  (the peak counts the entry a deferred unregister adds before the LRU "
+                         "eviction it sets off: the bound, LAZYPIN_POOL_ENTRIES=%d, holds between calls)"
+                         % bound)
         else:
             L.append("  peak pooled: unknown (no summary record)")
         sv = pool["saving"]
-        L.append("  " + sv["text"])
         L.append("  how: " + sv["method"])
         L.append("  time in registration work: %s (calls %s, evictions %s, those inside calls counted once)"
                  % (fmt_ns(sv["measured_ns"]), fmt_ns(sv["calls_ns"]), fmt_ns(sv["evictions_ns"])))
-        L.append("  evicted inside program calls (overlap, make room): %d" % pool["evicted_in_calls"])
         if pool["evictions"]:
-            L.append("  evictions outside program calls: %d" % pool["evictions_total"])
+            L.append("  evictions: %d (evict records), %d of them made inside program calls (overlap, "
+                     "make room), the others outside any" % (pool["evictions_total"], pool["evicted_in_calls"]))
             rows = [[r, s["calls"], s["errors"], fmt_bytes(s["bytes"]) if s["bytes"] else "-",
                      fmt_ns(s["total_ns"]), fmt_ns(s["p50_ns"]), fmt_ns(s["p90_ns"]),
                      fmt_ns(s["p99_ns"]), fmt_ns(s["max_ns"])]
@@ -248,7 +268,7 @@ def render_text(doc, top=10):
                 hdr.append("forced")
             L += table(hdr, rows, indent="    ")
         else:
-            L.append("  evictions outside program calls: none")
+            L.append("  evictions: none")
 
     if doc.get("devices"):
         L.append("")
@@ -291,7 +311,11 @@ def render_text(doc, top=10):
 
     if top > 0 and doc["slowest"]:
         L.append("")
-        L.append("== slowest %d" % len(doc["slowest"]))
+        ends = [p["records_end_ns"] for p in doc["processes"] if p.get("records_end_ns") is not None]
+        L.append("== slowest %d%s" % (len(doc["slowest"]), "" if not ends else
+                 " (of the calls logged one by one, up to t=%.3f s where the log's bound, "
+                 "LAZYPIN_LOG_MAX, ended them; the max columns above count the whole run)"
+                 % (max(ends) / 1e9)))
         multi = len(doc["processes"]) > 1
         rows = []
         for r in doc["slowest"]:
@@ -314,6 +338,8 @@ def render_text(doc, top=10):
                  ", ".join("%s %d" % (a, n) for a, n in sorted(e["apis"].items(), key=lambda x: api_sort_key(x[0])))]
                 for e in doc["errors"]]
         L += table(["code", "name", "count", "apis"], rows, left=(1, 3))
+        if any(e["code"] in NO_DRIVER_CODES for e in doc["errors"]):
+            L.append("  " + NO_DRIVER_HINT)
     else:
         L.append("  none")
 
@@ -386,9 +412,16 @@ def render_compare(base, other, cmp):
     if s is not None:
         who = "B" if s["pooled_run"] == "other" else "A"
         word = "saved" if s["saved_ns"] >= 0 else "cost"
-        L.append("  the pool (%s) %s %s, measured: bare %s - pooled %s (calls and evictions)%s"
-                 % (who, word, fmt_ns(abs(s["saved_ns"])), fmt_ns(s["bare_ns"]), fmt_ns(s["pooled_ns"]),
-                    "; bare scaled per API to the pooled run's call count" if s["scaled"] else ""))
+        if s["measured"]:
+            L.append("  the pool (%s) %s %s, measured: bare %s - pooled %s (calls and evictions)%s"
+                     % (who, word, fmt_ns(abs(s["saved_ns"])), fmt_ns(s["bare_ns"]), fmt_ns(s["pooled_ns"]),
+                        "; bare scaled per API to the pooled run's call count" if s["scaled"] else ""))
+        else:
+            L.append("  registration time: bare %s, pooled (%s) %s, a difference of %s%s; not a measured "
+                     "saving: the runs differ (--force)"
+                     % (fmt_ns(s["bare_ns"]), who, fmt_ns(s["pooled_ns"]),
+                        ("-" if s["saved_ns"] < 0 else "") + fmt_ns(abs(s["saved_ns"])),
+                        " (bare scaled per API to the pooled run's call count)" if s["scaled"] else ""))
         L.append("  (from the pooled run's log alone: %s)" % s["estimate_text"])
         if s.get("autopin"):
             L.append("  auto-pin: %s; its registers took %s (%s)"

@@ -1,7 +1,10 @@
 """What lazypin saved: the one definition of every saving the report shows
 (the pool's, the shim's Saving in shim/telemetry/stats.h, and auto-pin's)."""
 
+import glob
+import json
 import math
+import os
 
 from .base import Agg, SIZE_CLASS_NAMES, api_sort_key, as_int, is_unregister
 from .fmt import fmt_bytes, fmt_ns
@@ -25,26 +28,40 @@ def _price(agg):
     return (n, mean, vom)
 
 
-def log_prices(log):
+def log_prices(log, more=()):
     """What a call costs without the pool in this process, as the shim prices
     it: per size class the warm real registers (successful misses and forwards
     that evicted nothing, the process's first real register left out); for
-    unregisters the successful real calls, else the successful evictions."""
+    unregisters the successful real calls, else the successful evictions.
+    `more`: other logs whose real calls count too (borrowed prices)."""
     reg = {}
     unreg = Agg()
     good_ev = Agg()
-    for (api, action, sclass, err, warm, inev, reason, stack), g in log.groups.items():
-        if err:
-            continue
-        if sclass is not None and warm:
-            reg.setdefault(sclass, Agg()).merge(g)
-        elif sclass is None and action in ("forward", "passthrough") and is_unregister(api):
-            unreg.merge(g)
-    for (reason, err, forced, stack), g in log.egroups.items():
-        if not err:
-            good_ev.merge(g)
+    for one in (log,) + tuple(more):
+        for (api, action, sclass, err, warm, inev, reason, stack), g in one.groups.items():
+            if err:
+                continue
+            if sclass is not None and warm:
+                reg.setdefault(sclass, Agg()).merge(g)
+            elif sclass is None and action in ("forward", "passthrough") and is_unregister(api):
+                unreg.merge(g)
+        for (reason, err, forced, stack), g in one.egroups.items():
+            if not err:
+                good_ev.merge(g)
     return {"reg": {c: _price(a) for c, a in reg.items()},
             "unreg": _price(unreg) or _price(good_ev)}
+
+
+def borrowed_prices(logs, label):
+    """Prices from other logs' real calls (the bare run of --compare, another
+    log of the same program), for what a process's own calls cannot price:
+    (prices, label), or None when they price nothing."""
+    if not logs:
+        return None
+    prices = log_prices(logs[0], logs[1:])
+    if prices["unreg"] is None and not any(prices["reg"].values()):
+        return None
+    return prices, label
 
 
 def group_price(key, prices):
@@ -64,10 +81,12 @@ def group_saving(key, g, prices):
     return 0.0 if p is None else g.n * p[1] - g.total
 
 
-def saving_of(log):
+def saving_of(log, borrowed=None):
     """What the pool saved in one process (see shim/telemetry/stats.h, Saving): priced
     hits and deferrals at this process's own real calls, net of their time and
-    of evictions made inside them, minus every eviction's time."""
+    of evictions made inside them, minus every eviction's time. `borrowed`
+    (borrowed_prices): what prices the hits and deferrals that this
+    process's own calls cannot; without it the figure is the shim's."""
     prices = log_prices(log)
     saved = 0.0
     hits = {}        # size class -> calls, and the deferrals under None
@@ -78,6 +97,7 @@ def saving_of(log):
             hits[None] = hits.get(None, 0) + g.n
     out = {"saved_ns": 0, "spread_ns": 0, "hits": 0, "hits_priced": 0, "deferred": 0,
            "deferred_priced": 0, "evictions": 0, "evictions_ns": 0, "price_calls": 0,
+           "borrowed": 0, "borrowed_calls": 0, "borrowed_from": None,
            "processes": 1, "estimable": False}
     variance = 0.0
     for sclass in SIZE_CLASS_NAMES + (None,):
@@ -85,6 +105,13 @@ def saving_of(log):
         kind = "deferred" if sclass is None else "hits"
         out[kind] += n
         p = prices["unreg"] if sclass is None else prices["reg"].get(sclass)
+        if n and p is None and borrowed is not None:
+            p = borrowed[0]["unreg"] if sclass is None else borrowed[0]["reg"].get(sclass)
+            if p is not None:
+                out["borrowed"] += n
+                out["borrowed_calls"] += p[0]
+                out["borrowed_from"] = borrowed[1]
+                out["price_calls"] -= p[0]   # counted apart, as the borrowed calls
         if not n or p is None:
             continue
         out[kind + "_priced"] += n
@@ -116,12 +143,19 @@ def saving_total(savings):
     in quadrature), the others counted."""
     out = {"saved_ns": 0, "spread_ns": 0, "hits": 0, "hits_priced": 0, "deferred": 0,
            "deferred_priced": 0, "evictions": 0, "evictions_ns": 0, "price_calls": 0,
+           "borrowed": 0, "borrowed_calls": 0, "borrowed_from": None,
            "processes": 0, "not_estimable": 0, "estimable": False}
     var = 0.0
+    sources = []
     for sv in savings:
         for k in ("hits", "hits_priced", "deferred", "deferred_priced",
-                  "evictions", "evictions_ns", "price_calls", "processes"):
-            out[k] += sv[k]
+                  "evictions", "evictions_ns", "price_calls", "processes",
+                  "borrowed", "borrowed_calls"):
+            out[k] += sv.get(k, 0)
+        if sv.get("borrowed_from") and sv["borrowed_from"] not in sources:
+            sources.append(sv["borrowed_from"])
+    out["borrowed_from"] = "; ".join(sources) or None
+    for sv in savings:
         if sv["estimable"]:
             out["saved_ns"] += sv["saved_ns"]
             var += float(sv["spread_ns"]) ** 2
@@ -150,8 +184,17 @@ def saving_text(sv):
             k, "" if k == 1 else "es", n, "" if n == 1 else "s")
         if sv.get("not_estimable"):
             out += "; %d processes not estimable, left out" % sv["not_estimable"]
-    else:
+    elif n or not sv.get("borrowed"):
         out += " (estimated from %d real call%s of this run" % (n, "" if n == 1 else "s")
+    else:
+        out += " (estimated"
+    if sv.get("borrowed"):
+        k, c = sv["borrowed"], sv["borrowed_calls"]
+        out += "%s%d hit%s/deferral%s priced from %d real call%s of %s, %s" % (
+            "; " if n or sv["processes"] > 1 else ": ",
+            k, "" if k == 1 else "s", "" if k == 1 else "s", c, "" if c == 1 else "s",
+            sv["borrowed_from"], "this run having too few of its own" if sv["processes"] == 1
+            else "for processes with too few of their own")
     unpriced = (sv["hits"] - sv["hits_priced"]) + (sv["deferred"] - sv["deferred_priced"])
     if unpriced:
         out += "; %d hits/deferrals unpriced, counted as 0" % unpriced
@@ -159,12 +202,74 @@ def saving_text(sv):
 
 
 
-def pool_saving(logs):
+def unpriced(sv):
+    return (sv["hits"] - sv["hits_priced"]) + (sv["deferred"] - sv["deferred_priced"])
+
+
+def log_identity(header):
+    """A log's program and arguments, as --compare matches runs."""
+    h = header if isinstance(header, dict) else {}
+    argv = h.get("argv") if isinstance(h.get("argv"), list) else []
+    if not h.get("exe"):
+        return None
+    return (os.path.basename(str(h["exe"])), tuple(str(a) for a in argv[1:]))
+
+
+# at most this many other logs of the same program are read for prices
+SAME_PROGRAM_LOGS = 4
+
+
+def same_program_prices(log, logs):
+    """Prices for `log` from other logs of the same program and arguments:
+    those among `logs`, else the newest few in its directory (a run in log
+    mode beside a run in defer mode). borrowed_prices' form, or None."""
+    from .read import read_log   # read imports nothing of this module's users
+    ident = log_identity(log.header)
+    if ident is None:
+        return None
+    others = [o for o in logs if o is not log and log_identity(o.header) == ident]
+    if borrowed_prices(others, "") is None:
+        others = []
+        loaded = {os.path.realpath(o.path) for o in logs}
+        cands = []
+        for f in glob.glob(os.path.join(glob.escape(os.path.dirname(os.path.abspath(log.path))), "*.jsonl")):
+            if os.path.realpath(f) in loaded:
+                continue
+            try:
+                with open(f, "rb") as fh:
+                    first = json.loads(fh.readline() or b"{}")
+                if log_identity(first) == ident:
+                    cands.append((-os.path.getmtime(f), f))
+            except (OSError, ValueError):
+                continue
+        for _, f in sorted(cands)[:SAME_PROGRAM_LOGS]:
+            try:
+                o = read_log(f, True, None, 0)
+            except Exception:   # a damaged neighbour prices nothing
+                continue
+            if borrowed_prices([o], "") is not None:
+                others.append(o)
+    if not others:
+        return None
+    names = ", ".join(os.path.basename(o.path) for o in others)
+    return borrowed_prices(others, "another log of the same program (%s)" % names)
+
+
+def pool_saving(logs, borrowed=None):
     """(the run's saving, each log's saving): each process estimated by
     saving_of, the run's their saving_total, with what registration took
     (calls_ns; measured_ns: the calls and the evictions made outside them,
-    those inside being in the calls' time), the text and the method."""
-    per_log = [saving_of(log) for log in logs]
+    those inside being in the calls' time), the text and the method. A
+    process whose own calls leave hits or deferrals unpriced borrows prices:
+    `borrowed` (the bare run of --compare), else same_program_prices."""
+    per_log = []
+    for log in logs:
+        sv = saving_of(log)
+        if unpriced(sv):
+            b = borrowed or same_program_prices(log, logs)
+            if b is not None:
+                sv = saving_of(log, b)
+        per_log.append(sv)
     sv = saving_total(per_log)
     sv["calls_ns"] = sum(g.total for log in logs for g in log.groups.values())
     sv["measured_ns"] = (sv["calls_ns"] + sv["evictions_ns"]
@@ -207,7 +312,7 @@ def measured_saving(bare, pooled, side):
             bare_ns += a["total_ns"] * b["calls"] / a["calls"]
     measured = pooled["pool"]["saving"]["measured_ns"]
     out = {
-        "pooled_run": side, "saved_ns": int(round(bare_ns - measured)),
+        "pooled_run": side, "measured": True, "saved_ns": int(round(bare_ns - measured)),
         "bare_ns": int(round(bare_ns)), "pooled_ns": measured, "scaled": scaled,
         "estimate_ns": pooled["pool"]["saved_ns_records"],
         "estimate_text": pooled["pool"]["saving"]["text"],
@@ -227,9 +332,22 @@ def measured_saving(bare, pooled, side):
 
 def defer_estimate_ns(logs):
     """Log mode: what --defer would save on registers of an address and size
-    registered before (with an unregister between): those registers' time
-    and that of the unregisters before them."""
-    return sum(log.f["rereg_ns"] for log in logs)
+    registered before (with an unregister between), priced as the pool's
+    saving prices hits and deferrals (saving_of): each such register at the
+    mean warm register of its size class, the unregister before it at the
+    mean unregister; where this run has too few calls to price them, the
+    time those calls took here."""
+    total = 0.0
+    for log in logs:
+        prices = log_prices(log)
+        n = log.f["rereg"]
+        priced = all(prices["reg"].get(c) for c in log.rereg_classes) and prices["unreg"]
+        if not n or not priced:
+            total += log.f["rereg_ns"]
+            continue
+        total += sum(k * prices["reg"][c][1] for c, k in log.rereg_classes.items())
+        total += n * prices["unreg"][1]
+    return round_ns(total)
 
 
 SAVING_METHOD = (

@@ -157,7 +157,7 @@ constexpr int64_t kMaxIdleMs = int64_t{1} << 40;
 }  // namespace
 
 const Option kOptions[] = {
-    {"LAZYPIN_MODE", "mode", "log", "log", "off, log or defer",
+    {"LAZYPIN_MODE", "mode", "log", "log", "off, log or defer (any case)",
      "off: pass everything through; log: time and log every call; defer: also keep "
      "unregistered memory registered in the pool",
      [](std::string_view t, uint64_t, Config* c) { return Store(ParseMode(t), &c->mode); },
@@ -249,15 +249,24 @@ const Option kOptions[] = {
      "unwound each time; 0: none",
      [](std::string_view t, uint64_t, Config* c) { return Store(ParseStackMode(t), &c->stacks); },
      [](const Config& c) { return fmt::format("\"{}\"", StackModeName(c.stacks)); }},
-    {"LAZYPIN_PREFAULT", "prefault", "4", "4", "a whole number from 0 to 16",
-     "defer mode: the threads that fault in the pages of a first register of 64 MiB or more of "
-     "private anonymous memory, mapped readable and writable, before the driver pins them "
-     "(contents unchanged; 2.3-2.7x faster with 4 on the H200; never under a seccomp filter); "
-     "0 or 1: the driver faults them in alone",
+    {"LAZYPIN_PREFAULT", "prefault", "16", "16", "a whole number from 0 to 64",
+     "defer mode: the most threads that fault in the pages of a first register of 64 MiB or more "
+     "of private anonymous memory, mapped readable and writable, before the driver pins them, "
+     "each touching its own slice (contents unchanged; never more than the CPUs of the calling "
+     "thread's affinity mask, on its NUMA node where there are several; never under a seccomp "
+     "filter); 0 or 1: the driver faults them in alone",
      [](std::string_view t, uint64_t, Config* c) {
-       return Store(ParseCount(t, 16), &c->prefault_threads);
+       return Store(ParseCount(t, 64), &c->prefault_threads);
      },
      [](const Config& c) { return std::to_string(c.prefault_threads); }},
+    {"LAZYPIN_PREFAULT_HUGE", "prefault_huge", "0", "0", "0 or 1",
+     "1: ask for transparent huge pages (MADV_HUGEPAGE) on the whole 2 MiB blocks of a range "
+     "LAZYPIN_PREFAULT faults in, unless the program refused them there (MADV_NOHUGEPAGE, "
+     "PR_SET_THP_DISABLE) or the kernel's mode is never; 0: only where the program's mapping "
+     "already gets them",
+     [](std::string_view t, uint64_t, Config* c) { return Store(ParseBool(t), &c->prefault_huge); },
+     [](const Config& c) { return JsonBool(c.prefault_huge); },
+     OptionKind::kSwitch},
     {"LAZYPIN_HOST_ALLOC_CACHE", "host_alloc_cache", "25%", "25% of RAM",
      "a size as LAZYPIN_POOL_BYTES accepts, or 0",
      "defer mode: bound on the bytes of pinned host blocks the program freed (cudaFreeHost, "
@@ -376,6 +385,14 @@ ParsedConfig ParseConfig(const std::function<const char*(const char*)>& getenv,
     // A bad value is one message: "VAR=value ignored: what it accepts; using the default".
     parsed.errors.push_back(fmt::format("lazypin: {}=\"{}\" ignored: accepts {}; using {}",
                                         o.name, Shown(raw), o.accepts, o.shown));
+  }
+  // A pool bound above the memory (99999T) could never be reached: it is the
+  // memory, and one line says so.
+  if (physical_ram > 0 && c.pool_bytes > physical_ram) {
+    parsed.errors.push_back(fmt::format("lazypin: LAZYPIN_POOL_BYTES=\"{}\" is more than this "
+                                        "machine's memory; using the memory, {} bytes",
+                                        Shown(getenv("LAZYPIN_POOL_BYTES")), physical_ram));
+    c.pool_bytes = physical_ram;
   }
   for (const char* const* e = environ; e != nullptr && *e != nullptr; ++e) {
     const std::string_view entry(*e);

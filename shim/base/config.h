@@ -47,6 +47,7 @@ struct Config {
   bool unregister_wait = false;   // a deferred unregister waits for the work in flight first
   StackMode stacks = StackMode::kOff;
   int prefault_threads = 0;       // threads that fault a large miss's pages in first
+  bool prefault_huge = false;     // ask for huge pages on the ranges they fault in
   uint64_t host_alloc_bytes = 0;  // bound on freed pinned host blocks kept for reuse; 0: none
   bool autopin = false;           // pin pageable memory of large copies through the pool
   uint64_t autopin_min = 0;       // the smallest copy auto-pinned

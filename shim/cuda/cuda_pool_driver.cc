@@ -235,8 +235,8 @@ class CudaPoolDriver final : public PoolDriver {
  public:
   // Opens the maps descriptor that Admit queries and starts the first
   // context's waiter, here rather than in the first register.
-  CudaPoolDriver(MemWatch* watch, bool defer_shared, int prefault_threads)
-      : watch_(watch), defer_shared_(defer_shared), prefault_threads_(prefault_threads) {
+  CudaPoolDriver(MemWatch* watch, bool defer_shared, int prefault_threads, bool prefault_huge)
+      : watch_(watch), defer_shared_(defer_shared), prefault_{prefault_threads, prefault_huge} {
     HaveProcmapQuery();
     WaiterFor(nullptr);
   }
@@ -259,7 +259,7 @@ class CudaPoolDriver final : public PoolDriver {
     }
   }
   void Prefault(uintptr_t lo, uintptr_t hi, unsigned flags) override {
-    if (ShouldPrefault(lo, hi, flags, prefault_threads_)) PrefaultRange(lo, hi, prefault_threads_);
+    if (ShouldPrefault(lo, hi, flags, prefault_.threads)) PrefaultRange(lo, hi, prefault_);
   }
   void DrainChanges(DrainScope scope, absl::FunctionRef<void(uintptr_t, uintptr_t)> changed) override {
     if (watch_ == nullptr) return;
@@ -280,7 +280,7 @@ class CudaPoolDriver final : public PoolDriver {
  private:
   MemWatch* const watch_;
   const bool defer_shared_;
-  const int prefault_threads_;
+  const PrefaultOptions prefault_;
   real::Lazy<CUresult (*)(void*)> unregister_;
 };
 
@@ -373,8 +373,8 @@ int OtherDeviceContexts(Context own, Context* out, int max) {
 }
 
 std::unique_ptr<PoolDriver> MakeCudaPoolDriver(MemWatch* watch, bool defer_shared,
-                                               int prefault_threads) {
-  return std::make_unique<CudaPoolDriver>(watch, defer_shared, prefault_threads);
+                                               int prefault_threads, bool prefault_huge) {
+  return std::make_unique<CudaPoolDriver>(watch, defer_shared, prefault_threads, prefault_huge);
 }
 
 std::unique_ptr<HostAllocDriver> MakeCudaHostAllocDriver() {

@@ -25,10 +25,11 @@ class MemWatch;
 
 // `watch` (may be null: hooks only) sees pages change; without
 // `defer_shared`, shared and file-backed pages are not deferred; a miss of a
-// large range is faulted in first by `prefault_threads` threads (prefault.h;
-// 0 or 1: by the driver alone).
+// large range is faulted in first by at most `prefault_threads` threads,
+// asking for huge pages with `prefault_huge` (prefault.h; 0 or 1 thread: by
+// the driver alone).
 std::unique_ptr<PoolDriver> MakeCudaPoolDriver(MemWatch* watch, bool defer_shared,
-                                               int prefault_threads);
+                                               int prefault_threads, bool prefault_huge = false);
 
 // The host-allocation cache's frees (cuMemFreeHost), waited for as above.
 class HostAllocDriver;

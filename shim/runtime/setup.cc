@@ -79,7 +79,8 @@ void Shim::Init() {
                                          [] { g_shim->InstallHandlersOnce(); });
   env_ = std::make_unique<RecordingCudaEnv>(recorder_.get());
   if (effective_ == Mode::kDefer) {
-    pool_driver_ = MakeCudaPoolDriver(watch_.get(), config_.defer_shared, config_.prefault_threads);
+    pool_driver_ = MakeCudaPoolDriver(watch_.get(), config_.defer_shared, config_.prefault_threads,
+                                      config_.prefault_huge);
     pool_ = std::make_unique<Pool>(pool_driver_.get(), recorder_.get(), PoolLimitsFrom(config_));
     // Its files are opened here, on the program's thread, and only where
     // anything may be kept (the README's "What lazypin holds").

@@ -1,6 +1,7 @@
 // records: JSON formatting of the log's records (see records.h).
 #include "records.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include <algorithm>
@@ -23,13 +24,21 @@ std::string HeaderRecord(const HeaderInfo& h) {
   }
   Config shown = *h.config;
   shown.log_path = h.log_path;
+  // The launcher's rank variables (torchrun, MPI, Slurm) that are set: the
+  // report's rank of the process (docs/log-format.md, header "env").
+  std::string env;
+  for (const char* name : {"RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK",
+                           "SLURM_PROCID"}) {
+    const char* value = getenv(name);
+    if (value != nullptr) env += fmt::format("{}{}:{}", env.empty() ? "" : ",", JsonString(name), JsonString(value));
+  }
   return fmt::format(
       R"({{"type":"header","format":1,"lazypin":"{}","pid":{},"exe":{},"argv":[{}],"mode":"{}",)"
       R"("mode_requested":"{}","mode_reason":{},"host":{},"watch":"{}","watch_reason":{},)"
-      R"("start_unix_ns":{},"driver_version":{},"config":{}}})",
+      R"("start_unix_ns":{},"driver_version":{},"env":{{{}}},"config":{}}})",
       h.version, h.pid, JsonString(h.exe), argv, ModeName(h.effective), ModeName(h.requested),
       JsonString(h.why_effective), JsonString(h.host), h.watch, JsonString(h.watch_reason),
-      h.start_unix_ns, h.driver_version, ConfigJson(shown));
+      h.start_unix_ns, h.driver_version, env, ConfigJson(shown));
 }
 
 namespace {

@@ -188,12 +188,29 @@ def main(build):
         c = report_json(bare, "--compare", pooled)["comparison"]
         if c["saving"] is None or c["saving"]["pooled_run"] != "other":
             fail("--compare gave no measured saving: %r" % c["saving"])
-        module_cmp = savings.measured_saving(aggregate.analyze(read.load([bare])),
-                                             aggregate.analyze(read.load([pooled])), "other")
+        # the bare run's real calls price what the pooled run's own cannot
+        bare_logs = read.load([bare])
+        module_cmp = savings.measured_saving(
+            aggregate.analyze(bare_logs),
+            aggregate.analyze(read.load([pooled]),
+                              borrowed=savings.borrowed_prices(bare_logs, "the bare run (--compare)")),
+            "other")
         if module_cmp != c["saving"]:
             fail("--compare: the report %r, the savings module %r" % (c["saving"], module_cmp))
         print("ok compare: measured %d ns, estimated %s" % (c["saving"]["saved_ns"],
                                                             c["saving"]["estimate_text"]))
+        # a run too short to price itself gets a figure from the bare run, said
+        # so, within a quarter of the measured one
+        est = report_json(bare, "--compare", pooled)["other"]["pool"]["saved_ns_records"]
+        if (est is None or "priced from" not in c["saving"]["estimate_text"]
+                or abs(est - c["saving"]["saved_ns"]) > 0.25 * abs(c["saving"]["saved_ns"])):
+            fail("--compare: the estimate %r (%s) is not the bare-priced figure near %d"
+                 % (est, c["saving"]["estimate_text"], c["saving"]["saved_ns"]))
+        # the same log alone, beside the log-mode run: priced from it
+        alone = report_json(pooled)["pool"]["saving"]
+        if not alone["estimable"] or "another log of the same program" not in alone["text"]:
+            fail("the pooled log beside its log-mode run: %r" % alone["text"])
+        print("ok borrowed prices: %s" % alone["text"])
         other = glob.glob(os.path.join(d, "seed-defer-*.jsonl"))[0]
         r = report(bare, "--compare", other)
         if r.returncode != 2 or "programs: A loop_shared, B seed_shared" not in r.stderr:

@@ -757,10 +757,10 @@ class TrueSavings(InTempDir):
             b = bufs[k % 4]
             bare.unreg(b, 90 * US, "forward").reg(b, M4, 170 * US, "forward")
             pooled.unreg(b, 500, "deferred").reg(b, M4, 1 * US, "hit")
-        bare.write(self.p("bare.jsonl"), "SIGTERM")
-        pooled.write(self.p("defer.jsonl"), "SIGTERM")
+        os.mkdir(self.p("alone"))
+        pooled.write(self.p("alone/defer.jsonl"), "SIGTERM")
         truth = bare_total(bare) - bare_total(pooled)
-        d = report_json(self.p("defer.jsonl"))
+        d = report_json(self.p("alone/defer.jsonl"))
         est = d["pool"]["saved_ns_est"]
         duration = d["processes"][0]["duration_ns"]
         # the naive figure (hits x mean real register) would be ~75 s for a 0.32 s run
@@ -771,6 +771,19 @@ class TrueSavings(InTempDir):
         sv = d["pool"]["saving"]
         self.assertEqual(sv["deferred"] - sv["deferred_priced"], 1000)
         self.assertIn("1000 hits/deferrals unpriced", sv["text"])
+        # beside a log of the same program in log mode, its real unregisters
+        # price the deferrals: the estimate is the truth here
+        bare.write(self.p("bare.jsonl"), "SIGTERM")
+        pooled.write(self.p("defer.jsonl"), "SIGTERM")
+        d = report_json(self.p("defer.jsonl"))
+        sv = d["pool"]["saving"]
+        self.assertEqual((sv["deferred_priced"], sv["borrowed"]), (1000, 1000))
+        self.assertEqual(d["pool"]["saved_ns_est"], truth)
+        self.assertIn("1000 hits/deferrals priced from 1000 real calls of another log of the "
+                      "same program (bare.jsonl), this run having too few of its own", sv["text"])
+        self.assertNotIn("unpriced", sv["text"])
+        # the same figure in the directory's report, and in --compare's estimate
+        self.assertEqual(report_json(self.d)["processes"][1]["saved_ns"], truth)
         # with the bare log, the measured difference wins
         c = report_json(self.p("bare.jsonl"), "--compare", self.p("defer.jsonl"))
         self.assertEqual(c["comparison"]["saving"]["saved_ns"], truth)

@@ -63,12 +63,21 @@ TEST(ConfigTest, ValidSizes) {
       {"4K", 4 * kK},     {"4KB", 4 * kK},      {"4KiB", 4 * kK},       {"4kib", 4 * kK},
       {"12345", 12345},   {"12345B", 12345},    {"0", 0},               {" 2G ", 2 * kG},
       {"25%", kRam / 4},  {"100%", kRam},       {"1%", kRam / 100},
-      {"16777215T", 16777215 * kT}};  // the largest T that fits in 64 bits
+      {"16777215T", 16777215 * kT},  // the largest T that fits in 64 bits
+      {"99999T", 99999 * kT}};
   for (const auto& [text, bytes] : cases) {
     SCOPED_TRACE(text);
     const ParsedConfig p = Parse({{"LAZYPIN_POOL_BYTES", text}});
-    EXPECT_TRUE(p.errors.empty()) << (p.errors.empty() ? "" : p.errors[0]);
-    EXPECT_EQ(p.config.pool_bytes, bytes);
+    if (bytes <= kRam) {
+      EXPECT_TRUE(p.errors.empty()) << (p.errors.empty() ? "" : p.errors[0]);
+      EXPECT_EQ(p.config.pool_bytes, bytes);
+    } else {  // more than the memory: the memory, and one line saying so
+      ASSERT_EQ(p.errors.size(), 1u);
+      EXPECT_NE(p.errors[0].find("LAZYPIN_POOL_BYTES=\"" + std::string(text) + "\" is more than this "
+                                 "machine's memory; using the memory, " + std::to_string(kRam)),
+                std::string::npos) << p.errors[0];
+      EXPECT_EQ(p.config.pool_bytes, kRam);
+    }
     auto direct = ParseSize(text, kRam);
     ASSERT_TRUE(direct.has_value());
     EXPECT_EQ(*direct, bytes);
@@ -227,7 +236,8 @@ TEST(ConfigTest, TheHeaderConfigHasOneKeyPerOption) {
   EXPECT_EQ(json,
             R"({"mode":"defer","log":"a\"b.jsonl","log_max":268435456,"summary":true,"pool_bytes":4294967296,)"
             R"("pool_entries":65536,"idle_ms":10000,"check_pfn":false,"release_at_exit":false,)"
-            R"("watch":"auto","defer_shared":false,"unregister_wait":true,"stacks":"1","prefault":4,)"
+            R"("watch":"auto","defer_shared":false,"unregister_wait":true,"stacks":"1","prefault":16,)"
+            R"("prefault_huge":false,)"
             R"("host_alloc_cache":4294967296,"autopin":false,)"
             R"("autopin_min":4194304,"autopin_bytes":1717986918,"autopin_after":1,)"
             R"("reuse_freed":858993459,"keep_margin":268435456})");
