@@ -88,7 +88,7 @@ class HeldFd {
   }
   // Takes `fd`, which lazypin opened (and moved high) earlier as the file
   // (dev, ino): held only while it still names that file, else forgotten
-  // (the number is the program's) with the identity kept for SameFile.
+  // (the number is the program's).
   void Take(int fd, dev_t dev, ino_t ino) {
     dev_ = dev;
     ino_ = ino;
@@ -107,11 +107,6 @@ class HeldFd {
     if (fstat(fd, &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_) return true;
     fd_.store(-1, std::memory_order_release);
     return false;
-  }
-  // Whether `fd` names the same file as this one did (a reopened path).
-  bool SameFile(int fd) const {
-    struct stat st;
-    return fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_;
   }
   // Runs use(number) while the number is lazypin's; false (use not run) once
   // it is not. Uses run side by side and never wait for one another (a

@@ -36,7 +36,8 @@ void FreeQueuedFrees();
 // program made then would: a signal the program sends to each of its
 // threads (a census through /proc/self/task, a collector's stop-the-world)
 // is taken, and the program's handler runs there, at a point where the
-// thread holds no lock of lazypin's.
+// thread holds no lock of lazypin's. The kernel watch's reader is the one
+// exception (mem_watch.cc): it blocks every signal, always.
 // FutexWait(word, seen, timeout_ns), accepting those signals meanwhile.
 void IdleWait(const void* word, uint32_t seen, int64_t timeout_ns = -1);
 // The mask to wait under (for ppoll): the starting thread's; on a thread

@@ -261,7 +261,10 @@ void MemWatch::ReaderLoop() {
     // The timeout matters only to a destructor that could not map its page
     // (see ~MemWatch); otherwise an idle reader wakes every 10 s for nothing.
     const struct timespec timeout = {10, 0};
-    const int r = ppoll(fds, 1, &timeout, IdleSignals());
+    // Every signal stays blocked here, unlike lazypin's other idle threads:
+    // a program's handler run on this thread that unmaps or drops watched
+    // pages would wait for this very thread to read the event.
+    const int r = ppoll(fds, 1, &timeout, nullptr);
     if (stop_.load(std::memory_order_acquire)) return;
     // The number is the program's now: never read it (its poll above held
     // the old file; returning lets the kernel release it, and with it any

@@ -326,7 +326,10 @@ std::unique_ptr<Log> Log::Open(const std::string& path, std::string* error) {
   }
   if (!file.message.empty()) fprintf(stderr, "%s\n", file.message.c_str());
   std::unique_ptr<Log> log(new Log(path, nullptr));
+  log->fd_.Take(file.fd, file.dev, file.ino);
   log->Adopt(file);
+  log->create_requested_.store(true, std::memory_order_relaxed);  // made: never again
+  log->created_.store(true, std::memory_order_release);
   log->file_state_.store(kWriting, std::memory_order_release);
   if (!log->StartWriter(nullptr)) {
     *error = "lazypin: cannot start the log's writer thread; not writing a log file";
@@ -362,36 +365,24 @@ void Log::Adopt(CreatedLogFile& file) {
   if (getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
     size_limit_ = limit.rlim_cur;
   }
-  // The program may have taken the number over since the file was created
-  // on another thread: Take checks it against the identity read then.
-  fd_.Take(file.fd, file.dev, file.ino);
   path_ = std::move(file.path);
 }
 
 void Log::CreateFileSlow() {
   if (create_requested_.exchange(true, std::memory_order_acq_rel)) return;
   created_file_ = CreateLogFile(path_);
+  // Held from its creation on, on this thread: the descriptor hooks keep it
+  // out of the program's dup2 and close_range from now.
+  if (created_file_.fd >= 0) fd_.Take(created_file_.fd, created_file_.dev, created_file_.ino);
   if (!created_file_.message.empty()) fprintf(stderr, "%s\n", created_file_.message.c_str());
   created_.store(true, std::memory_order_release);
   wake_.fetch_add(1, std::memory_order_release);
   FutexWake(&wake_, 1);
 }
 
-int Log::OwnFd() {
-  if (fd_.Ours()) return fd_.get();
-  if (reopened_.exchange(true, std::memory_order_relaxed)) return -1;
-  const int fd = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return -1;
-  if (!fd_.SameFile(fd)) {
-    ::close(fd);
-    return -1;
-  }
-  return fd_.Hold(fd) ? fd_.get() : -1;
-}
-
 bool Log::WriteOwn(std::string_view data, std::string_view tail) {
   bool written = false;
-  if (OwnFd() < 0 || !fd_.Use([&](int fd) {
+  if (!fd_.Use([&](int fd) {
         written = WriteAll(fd, data.data(), data.size(), &offset_, size_limit_) &&
                   (tail.empty() || WriteAll(fd, tail.data(), tail.size(), &offset_, size_limit_));
       })) {

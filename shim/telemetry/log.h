@@ -175,11 +175,8 @@ class Log {
   enum FileState : int { kCreating, kWriting, kGaveUp };
   Log(std::string path, Formatter format) : path_(std::move(path)), format_(std::move(format)) {}
   bool StartWriter(Preamble preamble);  // false: no thread
-  void Adopt(CreatedLogFile& file);  // the created file (the caller then sets kWriting)
+  void Adopt(CreatedLogFile& file);  // the created file's path and limit (the caller then sets kWriting)
   void CreateFileSlow();
-  // The file's descriptor while it is lazypin's; after the program took its
-  // number over, the same file reopened by its name (once), else -1.
-  int OwnFd();
   // `data` then `tail` to the file while the descriptor is lazypin's
   // (HeldFd::Use); false with errno set otherwise.
   bool WriteOwn(std::string_view data, std::string_view tail);
@@ -190,8 +187,7 @@ class Log {
   void Wake();                           // the writer looks now
   bool WriteLine(std::string_view data); // `data` and a newline, to the file
 
-  HeldFd fd_;  // set before file_state_ becomes kWriting
-  std::atomic<bool> reopened_{false};
+  HeldFd fd_;  // taken where the file is created, before file_state_ becomes kWriting
   std::string path_;
   std::atomic<bool> create_requested_{false};
   std::atomic<bool> created_{false};  // CreateFileSlow ran: created_file_ is the writer's
