@@ -80,10 +80,7 @@ class HeldFd {
       close(fd);
       return false;
     }
-    dev_ = st.st_dev;
-    ino_ = st.st_ino;
-    fd_.store(MoveFdHigh(fd), std::memory_order_release);
-    List();
+    Take(MoveFdHigh(fd), st.st_dev, st.st_ino);
     return true;
   }
   // Takes `fd`, which lazypin opened (and moved high) earlier as the file
