@@ -15,7 +15,8 @@
 // log mode) and, in defer mode, one of its entry count; each allocation hook's
 // one relaxed load of the parked-block count, then a tail call through the
 // real function (objdump -d liblazypin.so: <malloc> is load, test, load, test,
-// jmp *%rax).
+// then the thread's own-thread byte, %fs-relative, compared (lazypin's own
+// threads pass the fork fence), jmp *%rax).
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>

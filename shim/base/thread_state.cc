@@ -16,6 +16,7 @@
 namespace lazypin {
 
 thread_local ThreadState t_state LAZYPIN_TLS;
+__thread bool t_own_thread LAZYPIN_TLS = false;
 
 namespace {
 
@@ -158,7 +159,7 @@ LazypinThread StartLazypinThread(std::function<void()> fn) {
   sigset_t starter;
   pthread_sigmask(SIG_SETMASK, nullptr, &starter);
   std::function<void()> body = [fn = std::move(fn), starter] {
-    t_state.own_thread = true;
+    t_own_thread = true;
     t_idle_mask.mask = starter;
     t_idle_mask.set = true;
     fn();

@@ -22,9 +22,12 @@ struct ThreadState {
   void* queued_frees[kQueuedFrees] = {};
   int queued_free_count = 0;
   struct RuntimeFrame* runtime_frame = nullptr;  // see dispatch.h
-  bool own_thread = false;  // one of lazypin's own threads (StartThreadWithSignalsBlocked)
 };
 extern thread_local ThreadState t_state LAZYPIN_TLS;
+// One of lazypin's own threads (StartThreadWithSignalsBlocked). A plain bool
+// __thread, of its own: read on the allocator hooks' fast path, with no TLS
+// wrapper call (a C++ thread_local may need a dynamic initializer).
+extern __thread bool t_own_thread LAZYPIN_TLS;
 
 // Frees what was queued while `inside`, through the global free (lazypin's
 // hook in the shim), with signals blocked while it takes the queue.

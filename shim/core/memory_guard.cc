@@ -27,7 +27,7 @@ void MemoryGuard::Leaving(uintptr_t lo, uintptr_t hi, EvictReason reason) const 
   // that it called (jemalloc purges with madvise on whichever thread
   // allocates), where a driver call could allocate inside that allocator.
   // The kernel watch sees these pages go (applied at the next pool call).
-  if (t_state.inside > 0 || t_state.own_thread || !pool_->MaybeTracks(lo, hi) || LeftProcess()) {
+  if (t_state.inside > 0 || t_own_thread || !pool_->MaybeTracks(lo, hi) || LeftProcess()) {
     return;
   }
   ScopedInsideLazypin inside;
@@ -53,7 +53,7 @@ void MemoryGuard::Touching(uintptr_t lo, uintptr_t hi, EvictReason reason) const
 
 void MemoryGuard::Reclaiming(uintptr_t lo, uintptr_t hi) const {
   Touching(lo, hi, EvictReason::kMemoryCall);
-  if (t_state.inside > 0 || t_state.own_thread || LeftProcess()) return;
+  if (t_state.inside > 0 || t_own_thread || LeftProcess()) return;
   // Frees handed to the collector and not yet made: made first (the block
   // may be there), as without lazypin the free was made when it returned.
   constexpr int64_t kWaitMs = 2000;
@@ -64,7 +64,7 @@ void MemoryGuard::Reclaiming(uintptr_t lo, uintptr_t hi) const {
 }
 
 void MemoryGuard::YieldingWatch(uintptr_t lo, uintptr_t hi) const {
-  if (t_state.inside > 0 || t_state.own_thread || !pool_->MaybeTracks(lo, hi) || LeftProcess()) {
+  if (t_state.inside > 0 || t_own_thread || !pool_->MaybeTracks(lo, hi) || LeftProcess()) {
     return;
   }
   ScopedInsideLazypin inside;

@@ -206,8 +206,8 @@ __attribute__((noinline)) static void* MallocSlow(size_t bytes) {
   MaybeAnnounce(bytes);
   if (MallocFn real = RealOrNull(g_malloc, "malloc")) {
     const int saved_errno = errno;
-    void* p = real(bytes);
-    if (p == nullptr && RetryAfterRelease(saved_errno, bytes)) p = real(bytes);
+    void* p = CallAllocator(real, bytes);
+    if (p == nullptr && RetryAfterRelease(saved_errno, bytes)) p = CallAllocator(real, bytes);
     return p;
   }
   void* p = BootstrapAlloc(bytes, 0);
@@ -217,7 +217,7 @@ __attribute__((noinline)) static void* MallocSlow(size_t bytes) {
 
 LAZYPIN_EXPORT void* malloc(size_t bytes) {
   if (__builtin_expect(!AnyParked(), 1)) {
-    if (MallocFn real = g_malloc.Peek()) return real(bytes);
+    if (MallocFn real = g_malloc.Peek()) return CallAllocator(real, bytes);
   }
   return MallocSlow(bytes);
 }
@@ -231,8 +231,8 @@ __attribute__((noinline)) static void* CallocSlow(size_t count, size_t size) {
   MaybeAnnounce(bytes);
   if (CallocFn real = RealOrNull(g_calloc, "calloc")) {
     const int saved_errno = errno;
-    void* p = real(count, size);
-    if (p == nullptr && bytes != ~size_t{0} && RetryAfterRelease(saved_errno, bytes)) p = real(count, size);
+    void* p = CallAllocator(real, count, size);
+    if (p == nullptr && bytes != ~size_t{0} && RetryAfterRelease(saved_errno, bytes)) p = CallAllocator(real, count, size);
     return p;
   }
   void* p = bytes == ~size_t{0} ? nullptr : BootstrapAlloc(bytes, 0);  // the arena is zero
@@ -242,7 +242,7 @@ __attribute__((noinline)) static void* CallocSlow(size_t count, size_t size) {
 
 LAZYPIN_EXPORT void* calloc(size_t count, size_t size) {
   if (__builtin_expect(!AnyParked(), 1)) {
-    if (CallocFn real = g_calloc.Peek()) return real(count, size);
+    if (CallocFn real = g_calloc.Peek()) return CallAllocator(real, count, size);
   }
   return CallocSlow(count, size);
 }
@@ -256,8 +256,8 @@ __attribute__((noinline)) static int PosixMemalignSlow(void** out, size_t align,
   }
   MaybeAnnounce(bytes);
   if (PosixMemalignFn real = RealOrNull(g_posix_memalign, "posix_memalign")) {
-    int rc = real(out, align, bytes);
-    if (rc == ENOMEM && RetryAfterRelease(errno, bytes)) rc = real(out, align, bytes);
+    int rc = CallAllocator(real, out, align, bytes);
+    if (rc == ENOMEM && RetryAfterRelease(errno, bytes)) rc = CallAllocator(real, out, align, bytes);
     return rc;
   }
   void* p = BootstrapAlloc(bytes, align);
@@ -268,7 +268,7 @@ __attribute__((noinline)) static int PosixMemalignSlow(void** out, size_t align,
 
 LAZYPIN_EXPORT int posix_memalign(void** out, size_t align, size_t bytes) {
   if (__builtin_expect(!AnyParked(), 1)) {
-    if (PosixMemalignFn real = g_posix_memalign.Peek()) return real(out, align, bytes);
+    if (PosixMemalignFn real = g_posix_memalign.Peek()) return CallAllocator(real, out, align, bytes);
   }
   return PosixMemalignSlow(out, align, bytes);
 }
@@ -283,8 +283,8 @@ __attribute__((noinline)) static void* AlignedSlow(real::Lazy<AlignFn>& lazy, co
   MaybeAnnounce(bytes);
   if (AlignFn real = RealOrNull(lazy, name)) {
     const int saved_errno = errno;
-    void* p = real(align, bytes);
-    if (p == nullptr && errno == ENOMEM && RetryAfterRelease(saved_errno, bytes)) p = real(align, bytes);
+    void* p = CallAllocator(real, align, bytes);
+    if (p == nullptr && errno == ENOMEM && RetryAfterRelease(saved_errno, bytes)) p = CallAllocator(real, align, bytes);
     return p;
   }
   void* p = BootstrapAlloc(bytes, align);
@@ -294,14 +294,14 @@ __attribute__((noinline)) static void* AlignedSlow(real::Lazy<AlignFn>& lazy, co
 
 LAZYPIN_EXPORT void* aligned_alloc(size_t align, size_t bytes) {
   if (__builtin_expect(!AnyParked(), 1)) {
-    if (AlignFn real = g_aligned_alloc.Peek()) return real(align, bytes);
+    if (AlignFn real = g_aligned_alloc.Peek()) return CallAllocator(real, align, bytes);
   }
   return AlignedSlow(g_aligned_alloc, "aligned_alloc", align, bytes);
 }
 
 LAZYPIN_EXPORT void* memalign(size_t align, size_t bytes) {
   if (__builtin_expect(!AnyParked(), 1)) {
-    if (AlignFn real = g_memalign.Peek()) return real(align, bytes);
+    if (AlignFn real = g_memalign.Peek()) return CallAllocator(real, align, bytes);
   }
   return AlignedSlow(g_memalign, "memalign", align, bytes);
 }
@@ -315,8 +315,8 @@ __attribute__((noinline)) static void* PageAlignedSlow(real::Lazy<MallocFn>& laz
   MaybeAnnounce(bytes);
   if (MallocFn real = RealOrNull(lazy, name)) {
     const int saved_errno = errno;
-    void* p = real(bytes);
-    if (p == nullptr && RetryAfterRelease(saved_errno, bytes)) p = real(bytes);
+    void* p = CallAllocator(real, bytes);
+    if (p == nullptr && RetryAfterRelease(saved_errno, bytes)) p = CallAllocator(real, bytes);
     return p;
   }
   void* p = BootstrapAlloc(serve_bytes != 0 ? serve_bytes : bytes, page);
@@ -326,14 +326,14 @@ __attribute__((noinline)) static void* PageAlignedSlow(real::Lazy<MallocFn>& laz
 
 LAZYPIN_EXPORT void* valloc(size_t bytes) {
   if (__builtin_expect(!AnyParked(), 1)) {
-    if (MallocFn real = g_valloc.Peek()) return real(bytes);
+    if (MallocFn real = g_valloc.Peek()) return CallAllocator(real, bytes);
   }
   return PageAlignedSlow(g_valloc, "valloc", bytes, bytes);
 }
 
 LAZYPIN_EXPORT void* pvalloc(size_t bytes) {
   if (__builtin_expect(!AnyParked(), 1)) {
-    if (MallocFn real = g_pvalloc.Peek()) return real(bytes);
+    if (MallocFn real = g_pvalloc.Peek()) return CallAllocator(real, bytes);
   }
   const size_t page = PageSize();
   const size_t rounded = bytes <= ~size_t{0} - page ? (bytes + page - 1) & ~(page - 1) : 0;

@@ -12,6 +12,9 @@
 #include <cstdint>
 #include <string>
 
+#include "fork_fence.h"
+#include "thread_state.h"
+
 namespace lazypin {
 
 // The allocation hooks' one word: blocks parked in this process (the pool's
@@ -43,6 +46,18 @@ bool AllocatorReuseCheck(std::string* why);
 void* ServeParked(size_t bytes, size_t align, bool zero);
 
 
+// fn(args...): a real allocator call. On one of lazypin's own threads it
+// passes the fork fence (fork_fence.h); on the program's, a tail call.
+template <typename Fn, typename... Args>
+__attribute__((noinline)) auto CallAllocatorInPass(Fn fn, Args... args) {
+  ForkFence::Pass pass;
+  return fn(args...);
+}
+template <typename Fn, typename... Args>
+inline auto CallAllocator(Fn fn, Args... args) {
+  if (__builtin_expect(t_own_thread, 0)) return CallAllocatorInPass(fn, args...);
+  return fn(args...);
+}
 
 // Memory handed out while lazypin looked a real function up (the loader may
 // allocate meanwhile): a static arena, never given to the real free.

@@ -198,7 +198,7 @@ LAZYPIN_EXPORT void free(void* ptr) {
 }
 
 void lazypin::RealFree(void* ptr) {
-  if (FreeFn real = g_free.Get(&real::Next, "free")) real(ptr);
+  if (FreeFn real = g_free.Get(&real::Next, "free")) CallAllocator(real, ptr);
 }
 
 LAZYPIN_EXPORT void cfree(void* ptr) { free(ptr); }
@@ -218,7 +218,7 @@ LAZYPIN_EXPORT void* realloc(void* ptr, size_t size) {
     errno = ENOMEM;
     return nullptr;
   }
-  return real(ptr, size);
+  return CallAllocator(real, ptr, size);
 }
 
 LAZYPIN_EXPORT void* reallocarray(void* ptr, size_t n, size_t size) {
@@ -228,7 +228,7 @@ LAZYPIN_EXPORT void* reallocarray(void* ptr, size_t n, size_t size) {
     errno = ENOMEM;
     return nullptr;
   }
-  return real(ptr, n, size);
+  return CallAllocator(real, ptr, n, size);
 }
 
 LAZYPIN_EXPORT int munmap(void* addr, size_t len) {

@@ -192,7 +192,7 @@ int64_t MemoryProbe::Headroom() const {
   // A limit set since construction: statm is opened here on a program
   // thread (never lazypin's own: a descriptor it opens could be, for that
   // moment, the lowest free one the program's open() should get).
-  if ((as_set || data_set) && held_ && !t_state.own_thread) OpenStatm();
+  if ((as_set || data_set) && held_ && !t_own_thread) OpenStatm();
   if ((as_set || data_set) && statm_fd_.get() >= 0) {
     if (!statm_fd_.Ours()) {
       lost = true;

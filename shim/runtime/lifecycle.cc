@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "covered_signals.h"
+#include "fork_fence.h"
 #include "hooks_alloc.h"
 #include "real.h"
 #include "shim.h"
@@ -167,6 +168,7 @@ void Shim::InForkChild(bool raw_copy) {
   // driver call or a lock, leave the parent's log alone, pass everything
   // through. Async-signal-safe (a clone's child may come here from a signal).
   in_child_ = true;
+  ForkFence::ResetInCopy();  // a clone()'s copy starts in its function, past the hook's Open
   if (pool_) pool_->AbandonAfterFork(raw_copy);
   if (host_cache_) host_cache_->AbandonAfterFork();
   g_alloc_gauge.store(0, std::memory_order_relaxed);  // nothing is served or kept here

@@ -45,7 +45,7 @@ bool Recorder::Start(std::function<std::vector<std::string>(const std::string& p
 void Recorder::CallStarts(const ProgramCall& call) { nvtx::CallBegins(call.api); }
 
 int Recorder::StackOf(Action action, uint64_t what, const ProgramCall& call) {
-  if (!sites_ || t_state.own_thread) return 0;
+  if (!sites_ || t_own_thread) return 0;
   // LAZYPIN_STACKS=all: every call, unwound each time (key 0). Else the calls
   // that reached the driver only (a hit or a deferral costs about a
   // microsecond, a stack more), unwound once per key:

@@ -366,6 +366,8 @@ class PreloadTest(AppTestCase):
                    "sigaction", "signal", "bsd_signal",
                    # the numbers lazypin holds, free to the program
                    "dup2", "dup3", "close", "close_range", "closefrom",
+                   # copies of the process made without fork()'s handlers
+                   "syscall", "clone", "__clone", "_Fork",
                    "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyAsync",
                    "cuMemcpy2DAsync_v2", "cuMemcpy3DAsync_v2", "cuMemcpyHtoDAsync_v2_ptsz",
                    "cuMemcpyDtoHAsync_v2_ptsz", "cuMemcpyAsync_ptsz", "cuMemcpy2DAsync_v2_ptsz",

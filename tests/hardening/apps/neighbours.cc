@@ -264,7 +264,18 @@ int RawFork(const char* how) {
   }
   if (pid < 0) return 1;
   int status = 0;
-  waitpid(pid, &status, 0);
+  // Bounded: a child stuck on a lock copied held is killed, not orphaned.
+  pid_t done = 0;
+  for (int i = 0; i < 2000 && done == 0; ++i) {
+    done = waitpid(pid, &status, WNOHANG);
+    if (done == 0) usleep(10000);
+  }
+  if (done == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    say("child hung (killed after 20 s)");
+    return 1;
+  }
   say("child exit: %d", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
   EXPECT(cudaHostRegister(p, kMiB, cudaHostRegisterDefault), 0);
   EXPECT(cudaHostUnregister(p), 0);
