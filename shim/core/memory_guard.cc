@@ -172,13 +172,13 @@ bool MemoryGuard::HandToCollector(void* block, size_t bytes, bool may_wait) cons
 }
 
 bool MemoryGuard::ReleaseParkedForAllocation() const {
-  if (!reuse_ || collector_ == nullptr || t_state.inside > 0 || LeftProcess()) return false;
+  if (!reuse_ || collector_ == nullptr || t_state.inside > 0 || t_own_thread || LeftProcess()) return false;
   constexpr int64_t kWaitMs = 2000;
   return collector_->ReleaseParked(kWaitMs);
 }
 
 void MemoryGuard::MakeRoomFor(size_t bytes) const {
-  if (budget_ == nullptr || collector_ == nullptr || t_state.inside > 0 || LeftProcess()) return;
+  if (budget_ == nullptr || collector_ == nullptr || t_state.inside > 0 || t_own_thread || LeftProcess()) return;
   if (bytes >= (~size_t{0} >> 2)) return;  // no release makes that fit
   if (const uint64_t headroom = budget_->Announce(bytes); headroom != 0) {
     collector_->MakeRoom(headroom, kMakeRoomWaitMs);
@@ -203,12 +203,12 @@ void MemoryGuard::HideParked(size_t* in_use, size_t* free_bytes, size_t* mmapped
 }
 
 bool MemoryGuard::ReleaseKeptForAllocation() const {
-  if (collector_ == nullptr || t_state.inside > 0 || LeftProcess()) return false;
+  if (collector_ == nullptr || t_state.inside > 0 || t_own_thread || LeftProcess()) return false;
   return collector_->MakeRoom(~uint64_t{0} >> 2, kMakeRoomWaitMs);  // more than can be had: all
 }
 
 void MemoryGuard::LimitsChanged() const {
-  if (budget_ == nullptr || collector_ == nullptr || t_state.inside > 0 || LeftProcess()) return;
+  if (budget_ == nullptr || collector_ == nullptr || t_state.inside > 0 || t_own_thread || LeftProcess()) return;
   if (budget_->ShortOf(budget_->margin()) != 0) collector_->MakeRoom(budget_->margin(), kMakeRoomWaitMs);
 }
 

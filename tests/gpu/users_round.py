@@ -97,7 +97,11 @@ def main(argv):
     if not have_torch:
         print("skip torch cases: no torch with CUDA for %s" % sys.executable)
     else:
+        # The pinned allocator on cudaHostRegister, as LLM servers and
+        # trainers configure it.
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "pinned_use_cuda_host_register:True"
         case(lazypin, "dataloader", [sys.executable, "-c", DATALOADER])
+        del os.environ["PYTORCH_CUDA_ALLOC_CONF"]
         with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
             f.write(RANK_JOB)
         case(lazypin, "torchrun", [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3",
