@@ -123,13 +123,9 @@ LAZYPIN_EXPORT int clone(int (*fn)(void*), void* stack, int flags, void* arg, ..
   return ret;
 }
 
-LAZYPIN_EXPORT int __clone(int (*fn)(void*), void* stack, int flags, void* arg, ...) {
-  va_list ap;
-  va_start(ap, arg);
-  const int ret = CloneHook(fn, stack, flags, arg, ap);
-  va_end(ap);
-  return ret;
-}
+// glibc's other name for clone, the same function.
+LAZYPIN_EXPORT int __clone(int (*fn)(void*), void* stack, int flags, void* arg, ...)
+    __attribute__((alias("clone")));
 
 LAZYPIN_EXPORT pid_t _Fork() {
   ForkFn real = g_fork.Get(&real::Next, "_Fork");
