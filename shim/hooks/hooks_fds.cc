@@ -3,6 +3,7 @@
 // moves lazypin's file away first, a close of one fails as for a closed
 // number, a close_range leaves them open. Every other call is glibc's.
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -36,7 +37,8 @@ using namespace lazypin;  // NOLINT: the hooks below are C symbols
 LAZYPIN_EXPORT int dup2(int from, int to) {
   if (from != to) GiveUpHeldNumber(to);
   if (Dup2Fn real = g_dup2.Get(&real::Next, "dup2")) return real(from, to);
-  return static_cast<int>(syscall(SYS_dup3, from, to, 0));  // from == to: never reached before set-up
+  if (from == to) return fcntl(from, F_GETFD) < 0 ? -1 : to;  // dup2's answer; dup3 would say EINVAL
+  return static_cast<int>(syscall(SYS_dup3, from, to, 0));
 }
 
 LAZYPIN_EXPORT int dup3(int from, int to, int flags) {
