@@ -200,10 +200,14 @@ def main(build):
         print("ok compare: measured %d ns, estimated %s" % (c["saving"]["saved_ns"],
                                                             c["saving"]["estimate_text"]))
         # a run too short to price itself gets a figure from the bare run, said
-        # so, within a quarter of the measured one
+        # so, of the measured one's sign and within a factor of 2 of it (the
+        # measured side is two runs' wall clocks: on a loaded machine, 40%
+        # apart was seen)
         est = report_json(bare, "--compare", pooled)["other"]["pool"]["saved_ns_records"]
+        measured = c["saving"]["saved_ns"]
         if (est is None or "priced from" not in c["saving"]["estimate_text"]
-                or abs(est - c["saving"]["saved_ns"]) > 0.25 * abs(c["saving"]["saved_ns"])):
+                or not (0.5 * abs(measured) <= abs(est) <= 2 * abs(measured))
+                or (est < 0) != (measured < 0)):
             fail("--compare: the estimate %r (%s) is not the bare-priced figure near %d"
                  % (est, c["saving"]["estimate_text"], c["saving"]["saved_ns"]))
         # the same log alone, beside the log-mode run: priced from it
