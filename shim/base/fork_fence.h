@@ -13,6 +13,8 @@
 // Async-signal-safe: futex waits and atomics only, no allocation.
 #pragma once
 
+#include <errno.h>
+
 #include <atomic>
 #include <cstdint>
 
@@ -34,7 +36,8 @@ class ForkFence {
   };
 
   // The copying thread, around the real call that makes the copy; Open runs
-  // in the parent (a copy starts with no thread of lazypin's).
+  // in the parent (a copy starts with no thread of lazypin's) and leaves
+  // errno as the copy's call set it.
   static void Close();
   static void Open();
   // In a copy, whatever the copy was made through: no pass, no closer.
@@ -80,8 +83,10 @@ inline void ForkFence::Close() {
 }
 
 inline void ForkFence::Open() {
+  const int saved_errno = errno;
   word_.fetch_sub(kCloser, std::memory_order_release);
   FutexWake(&word_, INT32_MAX);
+  errno = saved_errno;
 }
 
 }  // namespace lazypin

@@ -24,7 +24,7 @@ struct ThreadState {
   struct RuntimeFrame* runtime_frame = nullptr;  // see dispatch.h
 };
 extern thread_local ThreadState t_state LAZYPIN_TLS;
-// One of lazypin's own threads (StartThreadWithSignalsBlocked). A plain bool
+// One of lazypin's own threads (StartLazypinThread). A plain bool
 // __thread, of its own: read on the allocator hooks' fast path, with no TLS
 // wrapper call (a C++ thread_local may need a dynamic initializer).
 extern __thread bool t_own_thread LAZYPIN_TLS;

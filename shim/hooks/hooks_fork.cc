@@ -39,6 +39,15 @@ bool CopiesProcess(long number, long a1) {
   return false;
 }
 
+// call(), the copy it makes fenced (fork_fence.h).
+template <typename Call>
+auto Fenced(Call call) {
+  ForkFence::Close();
+  const auto ret = call();
+  ForkFence::Open();  // in the parent; in the copy, which has no thread of lazypin's, a no-op
+  return ret;
+}
+
 // The system call itself, where glibc's wrapper is not known yet (a call
 // from inside the lookup): glibc's convention, -1 and errno on failure.
 long DirectSyscall(long n, long a1, long a2, long a3, long a4, long a5, long a6) {
@@ -85,16 +94,11 @@ LAZYPIN_EXPORT long syscall(long number, ...) {
   va_end(ap);
   SyscallFn real = g_syscall.Peek();
   if (real == nullptr && !real::Resolving()) real = g_syscall.Get(&real::Next, "syscall");
-  const bool copies = CopiesProcess(number, a[0]);
-  if (copies) ForkFence::Close();
-  const long ret = real != nullptr ? real(number, a[0], a[1], a[2], a[3], a[4], a[5])
-                                   : DirectSyscall(number, a[0], a[1], a[2], a[3], a[4], a[5]);
-  if (copies) {
-    const int saved_errno = errno;
-    ForkFence::Open();  // in the parent; in the copy, which has no thread of lazypin's, a no-op
-    errno = saved_errno;
-  }
-  return ret;
+  const auto call = [&] {
+    return real != nullptr ? real(number, a[0], a[1], a[2], a[3], a[4], a[5])
+                           : DirectSyscall(number, a[0], a[1], a[2], a[3], a[4], a[5]);
+  };
+  return CopiesProcess(number, a[0]) ? Fenced(call) : call();
 }
 
 static int CloneHook(int (*fn)(void*), void* stack, int flags, void* arg, va_list ap) {
@@ -106,13 +110,8 @@ static int CloneHook(int (*fn)(void*), void* stack, int flags, void* arg, va_lis
     errno = ENOSYS;
     return -1;
   }
-  if (flags & CLONE_VM) return real(fn, stack, flags, arg, parent_tid, tls, child_tid);
-  ForkFence::Close();
-  const int ret = real(fn, stack, flags, arg, parent_tid, tls, child_tid);
-  const int saved_errno = errno;
-  ForkFence::Open();  // the copy starts in fn, never here
-  errno = saved_errno;
-  return ret;
+  const auto call = [&] { return real(fn, stack, flags, arg, parent_tid, tls, child_tid); };
+  return (flags & CLONE_VM) ? call() : Fenced(call);  // the copy starts in fn, never here
 }
 
 LAZYPIN_EXPORT int clone(int (*fn)(void*), void* stack, int flags, void* arg, ...) {
@@ -133,10 +132,5 @@ LAZYPIN_EXPORT pid_t _Fork() {
     errno = ENOSYS;
     return -1;
   }
-  ForkFence::Close();
-  const pid_t ret = real();
-  const int saved_errno = errno;
-  ForkFence::Open();
-  errno = saved_errno;
-  return ret;
+  return Fenced(real);
 }
