@@ -202,14 +202,9 @@ void MemoryGuard::HideParked(size_t* in_use, size_t* free_bytes, size_t* mmapped
   });
 }
 
-bool MemoryGuard::ReleaseKeptForAllocation() const {
+bool MemoryGuard::ReleaseKept() const {
   if (collector_ == nullptr || t_state.inside > 0 || t_own_thread || LeftProcess()) return false;
   return collector_->MakeRoom(~uint64_t{0} >> 2, kMakeRoomWaitMs);  // more than can be had: all
-}
-
-void MemoryGuard::LimitsChanged() const {
-  if (budget_ == nullptr || collector_ == nullptr || t_state.inside > 0 || t_own_thread || LeftProcess()) return;
-  if (budget_->ShortOf(budget_->margin()) != 0) collector_->MakeRoom(budget_->margin(), kMakeRoomWaitMs);
 }
 
 void* MemoryGuard::Serve(size_t bytes, size_t align) const {

@@ -101,20 +101,17 @@ class MemoryGuard {
   // inside lazypin's code, never calls the driver on the caller's thread.
   void MakeRoomFor(size_t bytes) const;
   static constexpr int64_t kMakeRoomWaitMs = 1000;
-  // An allocation of the program's failed (malloc & co., mmap) while
-  // anything is kept: has the collector release everything kept (parked
-  // blocks, kept host blocks) and waits for that, at most kMakeRoomWaitMs.
-  // True if it did (try the allocation once more). The same rules as
-  // MakeRoomFor.
-  bool ReleaseKeptForAllocation() const;
+  // An allocation of the program's failed (malloc & co., mmap), or the
+  // program lowers RLIMIT_AS or RLIMIT_DATA, while anything is kept: has the
+  // collector release everything kept (parked blocks, kept host blocks) and
+  // waits for that, at most kMakeRoomWaitMs. True if it did (try the
+  // allocation once more). The same rules as MakeRoomFor.
+  bool ReleaseKept() const;
   // mallinfo2's figures as glibc would give them had the parked blocks been
   // freed: out of use (a heap chunk into the free bytes, an mmapped chunk
   // unmapped).
   void HideParked(size_t* in_use, size_t* free_bytes, size_t* mmapped_count,
                   size_t* mmapped_bytes) const;
-  // The program lowered a limit the headroom counts (RLIMIT_AS, RLIMIT_DATA):
-  // a fresh reading, and kept memory yields to it before the call returns.
-  void LimitsChanged() const;
   // What a block handed to free or realloc spans (0: glibc would reject it,
   // and the call is left to glibc to reject; see GlibcChunkOf).
   size_t BlockBytes(const void* block) const;

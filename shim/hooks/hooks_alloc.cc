@@ -75,7 +75,7 @@ bool RetryAfterRelease(int saved_errno, size_t bytes) {
   if (!AnyParked() || bytes >= (~size_t{0} >> 2)) return false;  // no release makes that fit
   const ShimState* state = PublishedState();
   const MemoryGuard* guard = state != nullptr ? state->guard : nullptr;
-  if (guard == nullptr || !guard->ReleaseKeptForAllocation()) return false;
+  if (guard == nullptr || !guard->ReleaseKept()) return false;
   errno = saved_errno;
   return true;
 }

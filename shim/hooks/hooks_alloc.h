@@ -28,7 +28,7 @@ extern std::atomic<int64_t> g_alloc_gauge;
 void AnnounceAllocation(size_t bytes);
 
 // The program's allocation of `bytes` failed while lazypin keeps memory:
-// everything kept is released (MemoryGuard::ReleaseKeptForAllocation) and
+// everything kept is released (MemoryGuard::ReleaseKept) and
 // true says to try once more, with errno put back to `saved_errno` (so that
 // a retry that succeeds leaves errno as a first success would have).
 bool RetryAfterRelease(int saved_errno, size_t bytes);

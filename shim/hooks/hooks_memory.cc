@@ -383,24 +383,28 @@ LAZYPIN_EXPORT int pkey_mprotect(void* addr, size_t len, int prot, int pkey) {
   return static_cast<int>(syscall(SYS_pkey_mprotect, addr, len, prot, pkey));
 }
 
-// Address-space limits the headroom counts (memory_limit.h): once the
-// program lowered one, kept memory yields to it before the call returns, so
-// that its next allocation finds what it would bare. glibc's setrlimit makes
-// the system call itself, so each entry point is hooked.
+// Address-space limits the headroom counts (memory_limit.h): a program that
+// lowers one gets everything lazypin keeps released before the new limit
+// applies, so that the driver's frees never run short of address space and
+// the program's next allocation finds what it would bare. glibc's setrlimit
+// makes the system call itself, so each entry point is hooked.
 namespace {
 using SetrlimitFn = int (*)(__rlimit_resource_t, const struct rlimit*);
 using PrlimitFn = int (*)(pid_t, enum __rlimit_resource, const struct rlimit*, struct rlimit*);
 real::Lazy<SetrlimitFn> g_setrlimit, g_setrlimit64;
 real::Lazy<PrlimitFn> g_prlimit, g_prlimit64;
 
-int LimitSet(int rc, pid_t pid, int resource, const struct rlimit* limit) {
-  if (rc == 0 && limit != nullptr && (resource == RLIMIT_AS || resource == RLIMIT_DATA) &&
-      (pid == 0 || pid == getpid()) && g_alloc_gauge.load(std::memory_order_relaxed) != 0) {
-    const int saved_errno = errno;
-    if (const MemoryGuard* guard = Guard()) guard->LimitsChanged();
-    errno = saved_errno;
+void BeforeLimit(pid_t pid, int resource, const struct rlimit* limit) {
+  if (limit == nullptr || (resource != RLIMIT_AS && resource != RLIMIT_DATA) ||
+      (pid != 0 && pid != getpid()) || g_alloc_gauge.load(std::memory_order_relaxed) == 0) {
+    return;
   }
-  return rc;
+  const int saved_errno = errno;
+  struct rlimit now;
+  if (getrlimit(static_cast<__rlimit_resource_t>(resource), &now) == 0 && limit->rlim_cur < now.rlim_cur) {
+    if (const MemoryGuard* guard = Guard()) guard->ReleaseKept();
+  }
+  errno = saved_errno;
 }
 
 int RealPrlimit(real::Lazy<PrlimitFn>& lazy, const char* name, pid_t pid, enum __rlimit_resource resource,
@@ -411,29 +415,29 @@ int RealPrlimit(real::Lazy<PrlimitFn>& lazy, const char* name, pid_t pid, enum _
 }  // namespace
 
 LAZYPIN_EXPORT int setrlimit(__rlimit_resource_t resource, const struct rlimit* limit) {
-  SetrlimitFn real = g_setrlimit.Get(&real::Next, "setrlimit");
-  const int rc = real != nullptr ? real(resource, limit) : RealPrlimit(g_prlimit, "prlimit", 0, static_cast<enum __rlimit_resource>(resource), limit, nullptr);
-  return LimitSet(rc, 0, resource, limit);
+  BeforeLimit(0, resource, limit);
+  if (SetrlimitFn real = g_setrlimit.Get(&real::Next, "setrlimit")) return real(resource, limit);
+  return RealPrlimit(g_prlimit, "prlimit", 0, static_cast<enum __rlimit_resource>(resource), limit, nullptr);
 }
 
 LAZYPIN_EXPORT int setrlimit64(__rlimit_resource_t resource, const struct rlimit64* limit) {
   const auto* same = reinterpret_cast<const struct rlimit*>(limit);  // one layout on 64-bit Linux
-  SetrlimitFn real = g_setrlimit64.Get(&real::Next, "setrlimit64");
-  const int rc = real != nullptr ? real(resource, same) : RealPrlimit(g_prlimit64, "prlimit64", 0, static_cast<enum __rlimit_resource>(resource), same, nullptr);
-  return LimitSet(rc, 0, resource, same);
+  BeforeLimit(0, resource, same);
+  if (SetrlimitFn real = g_setrlimit64.Get(&real::Next, "setrlimit64")) return real(resource, same);
+  return RealPrlimit(g_prlimit64, "prlimit64", 0, static_cast<enum __rlimit_resource>(resource), same, nullptr);
 }
 
 LAZYPIN_EXPORT int prlimit(pid_t pid, enum __rlimit_resource resource, const struct rlimit* limit,
                            struct rlimit* old) {
-  return LimitSet(RealPrlimit(g_prlimit, "prlimit", pid, resource, limit, old), pid, resource, limit);
+  BeforeLimit(pid, resource, limit);
+  return RealPrlimit(g_prlimit, "prlimit", pid, resource, limit, old);
 }
 
 LAZYPIN_EXPORT int prlimit64(pid_t pid, enum __rlimit_resource resource, const struct rlimit64* limit,
                              struct rlimit64* old) {
   const auto* same = reinterpret_cast<const struct rlimit*>(limit);
-  return LimitSet(RealPrlimit(g_prlimit64, "prlimit64", pid, resource, same,
-                              reinterpret_cast<struct rlimit*>(old)),
-                  pid, resource, same);
+  BeforeLimit(pid, resource, same);
+  return RealPrlimit(g_prlimit64, "prlimit64", pid, resource, same, reinterpret_cast<struct rlimit*>(old));
 }
 
 // Calls that act on memory without releasing it (each fails on unmapped
