@@ -238,6 +238,7 @@ void Collector::Run() {
   // The thread's allocator arena is made now, not first when an allocation
   // has just failed for want of memory and this thread is to make room.
   free(malloc(64));
+  pool_->PrepareReleasingThread();
   const int64_t period_ms = std::clamp<int64_t>(idle_ms_ / 4, 10, 1000);
   int64_t next_collect_ms = MonotonicMs() + period_ms;
   // The pool's filter tables are faulted in here, not by the program's first

@@ -87,6 +87,10 @@ class PoolDriver {
   // Before a registration in `ctx` exists: makes what Unregister(…, ctx, …)
   // needs (so that a release allocates nothing and starts no thread).
   virtual void PrepareRelease(Context ctx) {}
+  // On the thread that makes the pool's releases (the collector), before
+  // its first: what the driver keeps per thread (libcuda's thread-local
+  // blocks) is made now, while the program's limits still leave room for it.
+  virtual void PrepareReleasingThread() {}
   // Calls changed(lo, hi) for every range whose pages changed since the last
   // call, as far as the watch knows: with kQueued, every change the kernel
   // has queued (MemWatch::Drain, one system call at least); with kReturned,
@@ -300,6 +304,8 @@ class Pool {
     filter_.Prefault();
     in_use_filter_.Prefault();
   }
+  // On the thread that will make the releases, before the first (PoolDriver).
+  void PrepareReleasingThread() { driver_->PrepareReleasingThread(); }
 
   // Freed blocks that come back (see ReuseHooks). Call before the pool is shared.
   void EnableReuse(ReuseHooks hooks);

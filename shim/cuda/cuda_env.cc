@@ -4,44 +4,26 @@
 #include <algorithm>
 
 #include "capture.h"
-#include "cuda.h"
 #include "cuda_pool_driver.h"
-#include "real.h"
+#include "driver_calls.h"
 
 namespace lazypin {
-namespace {
-
-real::Lazy<CUresult (*)(CUcontext*)> g_ctx_get_current;
-real::Lazy<CUresult (*)(CUdevice*)> g_ctx_get_device;
-real::Lazy<CUresult (*)(int*)> g_driver_get_version;
-real::Lazy<CUresult (*)()> g_ctx_synchronize;
-real::Lazy<CUresult (*)(CUcontext)> g_ctx_push;
-real::Lazy<CUresult (*)(CUcontext*)> g_ctx_pop;
-real::Lazy<CUresult (*)(CUdevice, unsigned*, int*)> g_primary_get_state;
-real::Lazy<CUresult (*)(CUstream, CUstreamCaptureStatus*)> g_stream_is_capturing;
-real::Lazy<CUresult (*)(CUstream)> g_stream_synchronize;
-real::Lazy<CUresult (*)(CUstream)> g_stream_query;
-real::Lazy<CUresult (*)(CUstream, unsigned*)> g_stream_get_flags;
-real::Lazy<CUresult (*)(CUstreamCaptureMode*)> g_capture_mode;
-
-}  // namespace
-
 Context CudaEnv::CurrentContext() {
   CUcontext ctx = nullptr;
-  if (auto get = g_ctx_get_current.Get(&real::Driver, "cuCtxGetCurrent")) get(&ctx);
+  if (auto get = driver::CtxGetCurrent()) get(&ctx);
   return ctx;
 }
 
 int CudaEnv::CurrentDevice() {
   CUdevice device = -1;
-  auto get = g_ctx_get_device.Get(&real::Driver, "cuCtxGetDevice");
+  auto get = driver::CtxGetDevice();
   if (get == nullptr || get(&device) != CUDA_SUCCESS) device = -1;
   return device;
 }
 
 bool CudaEnv::CaptureForbidsDeferral() {
   if (!Captures().Any()) return false;
-  auto exchange = g_capture_mode.Get(&real::Driver, "cuThreadExchangeStreamCaptureMode");
+  auto exchange = driver::ExchangeCaptureMode();
   CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
   // Unknown: forward (the driver's own answer is always the bare one).
   if (exchange == nullptr || exchange(&mode) != CUDA_SUCCESS) return true;
@@ -55,7 +37,7 @@ int CudaEnv::WaitForDevice(Context ctx) {
   // even in relaxed mode: then no wait, and the unregister is forwarded.
   if (Captures().InProgress(ctx)) return kCudaCaptureUnsupported;
   // `ctx` is current on this thread: cuCtxSynchronize waits for it alone.
-  auto synchronize = g_ctx_synchronize.Get(&real::Driver, "cuCtxSynchronize");
+  auto synchronize = driver::CtxSynchronize();
   if (synchronize == nullptr) return kCudaNotInitialized;
   // Several devices: the driver's wait covers every device's work, so this
   // one waits for the other devices' active primary contexts and the other
@@ -69,8 +51,8 @@ int CudaEnv::WaitForDevice(Context ctx) {
   }
   const int result = synchronize();
   if (result != CUDA_SUCCESS || n == 0) return result;
-  auto push = g_ctx_push.Get(&real::Driver, "cuCtxPushCurrent_v2");
-  auto pop = g_ctx_pop.Get(&real::Driver, "cuCtxPopCurrent_v2");
+  auto push = driver::CtxPushCurrent();
+  auto pop = driver::CtxPopCurrent();
   if (push == nullptr || pop == nullptr) return kCudaNotInitialized;
   for (int i = 0; i < n; ++i) {
     // A context destroyed meanwhile has no work left to wait for.
@@ -91,15 +73,15 @@ int CudaEnv::RecordedDevice() {
 }
 
 bool CudaEnv::PrimaryContextActive(int device) {
-  auto get_state = g_primary_get_state.Get(&real::Driver, "cuDevicePrimaryCtxGetState");
+  auto get_state = driver::PrimaryCtxGetState();
   unsigned flags = 0;
   int active = 0;
   return get_state != nullptr && get_state(device, &flags, &active) == CUDA_SUCCESS && active != 0;
 }
 
 void CudaEnv::SynchronizeStream(void* stream) {
-  auto is_capturing = g_stream_is_capturing.Get(&real::Driver, "cuStreamIsCapturing");
-  auto synchronize = g_stream_synchronize.Get(&real::Driver, "cuStreamSynchronize");
+  auto is_capturing = driver::StreamIsCapturing();
+  auto synchronize = driver::StreamSynchronize();
   if (is_capturing == nullptr || synchronize == nullptr) return;
   // A capturing stream ran nothing (the copy was recorded), and synchronizing
   // it would invalidate the capture: leave it, as for an unknown status.
@@ -111,8 +93,8 @@ void CudaEnv::SynchronizeStream(void* stream) {
 
 bool CudaEnv::StreamIdle(void* stream) {
   if (Captures().Any()) return false;
-  auto query = g_stream_query.Get(&real::Driver, "cuStreamQuery");
-  auto get_flags = g_stream_get_flags.Get(&real::Driver, "cuStreamGetFlags");
+  auto query = driver::StreamQuery();
+  auto get_flags = driver::StreamGetFlags();
   const CUstream s = static_cast<CUstream>(stream);
   if (query == nullptr || get_flags == nullptr || query(s) != CUDA_SUCCESS) return false;
   // A blocking stream's copy also waits for the legacy default stream's work.
@@ -126,7 +108,7 @@ bool CudaEnv::StreamIdle(void* stream) {
 
 int CudaEnv::DriverVersion() {
   int version = 0;
-  auto get_version = g_driver_get_version.Get(&real::Driver, "cuDriverGetVersion");
+  auto get_version = driver::DriverGetVersion();
   if (get_version == nullptr || get_version(&version) != CUDA_SUCCESS) version = 0;
   return version;
 }

@@ -15,6 +15,7 @@
 
 #include "capture.h"
 #include "cuda.h"
+#include "driver_calls.h"
 #include "host_alloc_cache.h"
 #include "mem_watch.h"
 #include "page_class.h"
@@ -31,13 +32,17 @@ int OtherDeviceContexts(Context own, Context* out, int max, bool make_waiters);
 
 namespace {
 
-using PushFn = CUresult (*)(CUcontext);
-using PopFn = CUresult (*)(CUcontext*);
-using SyncFn = CUresult (*)();
-
-real::Lazy<PushFn> g_push;
-real::Lazy<PopFn> g_pop;
-real::Lazy<SyncFn> g_sync;
+// What the driver keeps for the calling thread (libcuda's thread-local
+// blocks, made by a thread's first call) is made now: on a thread of
+// lazypin's as it starts, not at its first release, which may come after the
+// program lowered its address-space limit. A capture-mode exchange, undone,
+// is a call any thread may make.
+void MakeDriverThreadState() {
+  if (auto exchange = driver::ExchangeCaptureMode()) {
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (exchange(&mode) == CUDA_SUCCESS) exchange(&mode);
+  }
+}
 
 // A thread of lazypin's that synchronizes one context when asked, so that a
 // release can wait for the GPU's work in flight with a deadline: the wait
@@ -80,9 +85,10 @@ class ContextIdleWaiter {
  private:
   void Run() {
     ScopedInsideLazypin inside;  // its frees and driver calls are lazypin's own
-    PushFn push = g_push.Get(&real::Driver, "cuCtxPushCurrent_v2");
-    PopFn pop = g_pop.Get(&real::Driver, "cuCtxPopCurrent_v2");
-    SyncFn sync = g_sync.Get(&real::Driver, "cuCtxSynchronize");
+    MakeDriverThreadState();
+    auto push = driver::CtxPushCurrent();
+    auto pop = driver::CtxPopCurrent();
+    auto sync = driver::CtxSynchronize();
     for (;;) {
       const uint32_t wanted = requested_.load(std::memory_order_acquire);
       if (wanted == done_.load(std::memory_order_relaxed)) {
@@ -166,20 +172,13 @@ ContextIdleWaiter* WaiterFor(Context ctx) {
   return waiters[count++];
 }
 
-real::Lazy<CUresult (*)(CUstreamCaptureMode*)> g_capture_mode;
-real::Lazy<CUresult (*)(int*)> g_device_count;
-real::Lazy<CUresult (*)(CUdevice, unsigned*, int*)> g_primary_state;
-real::Lazy<CUresult (*)(CUcontext*, CUdevice)> g_primary_retain;
-real::Lazy<CUresult (*)(CUdevice)> g_primary_release;
-real::Lazy<CUresult (*)(CUdevice*)> g_ctx_device;
-
 // One of lazypin's own releases (`release`: an unregister or a host free) of
 // something made in `ctx`: waits for the GPU first, then releases with `ctx`
 // current and outside any capture.
 int ReleaseInContext(Context ctx, ReleaseWait* wait, absl::FunctionRef<int()> release) {
-  auto push = g_push.Get(&real::Driver, "cuCtxPushCurrent_v2");
-  auto pop = g_pop.Get(&real::Driver, "cuCtxPopCurrent_v2");
-  auto capture_mode = g_capture_mode.Get(&real::Driver, "cuThreadExchangeStreamCaptureMode");
+  auto push = driver::CtxPushCurrent();
+  auto pop = driver::CtxPopCurrent();
+  auto capture_mode = driver::ExchangeCaptureMode();
   // Wait for the GPU first, on this thread: the release's own wait for
   // the device would otherwise stall every other thread's CUDA work
   // (docs/design.md). Not while a capture is in progress in the context:
@@ -258,6 +257,7 @@ class CudaPoolDriver final : public PoolDriver {
       OtherDeviceContexts(ctx, others, kMaxDevices, /*make_waiters=*/true);
     }
   }
+  void PrepareReleasingThread() override { MakeDriverThreadState(); }
   void Prefault(uintptr_t lo, uintptr_t hi, unsigned flags) override {
     if (ShouldPrefault(lo, hi, flags, prefault_.threads)) PrefaultRange(lo, hi, prefault_);
   }
@@ -267,7 +267,7 @@ class CudaPoolDriver final : public PoolDriver {
   }
 
   int Unregister(uintptr_t ptr, Context ctx, ReleaseWait* wait) override {
-    auto unregister = unregister_.Get(&real::Driver, "cuMemHostUnregister");
+    auto unregister = driver::MemHostUnregister();
     if (unregister == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
     return ReleaseInContext(ctx, wait, [&] { return int{unregister(reinterpret_cast<void*>(ptr))}; });
   }
@@ -281,19 +281,18 @@ class CudaPoolDriver final : public PoolDriver {
   MemWatch* const watch_;
   const bool defer_shared_;
   const PrefaultOptions prefault_;
-  real::Lazy<CUresult (*)(void*)> unregister_;
 };
 
 // The host-allocation cache's frees, made as the pool's unregisters are.
 class CudaHostAllocDriver final : public HostAllocDriver {
  public:
   int Free(uintptr_t ptr, Context ctx, ReleaseWait* wait) override {
-    auto free_host = free_host_.Get(&real::Driver, "cuMemFreeHost");
+    auto free_host = driver::MemFreeHost();
     if (free_host == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
     return ReleaseInContext(ctx, wait, [&] { return int{free_host(reinterpret_cast<void*>(ptr))}; });
   }
   bool Flags(uintptr_t ptr, unsigned* flags) override {
-    auto get_flags = get_flags_.Get(&real::Driver, "cuMemHostGetFlags");
+    auto get_flags = driver::MemHostGetFlags();
     return get_flags != nullptr && get_flags(flags, reinterpret_cast<void*>(ptr)) == CUDA_SUCCESS;
   }
   int64_t NowNs() override { return MonotonicNs(); }
@@ -301,10 +300,6 @@ class CudaHostAllocDriver final : public HostAllocDriver {
     // The system call itself: the mprotect hook is the program's.
     syscall(SYS_mprotect, ptr, bytes, accessible ? PROT_READ | PROT_WRITE : PROT_NONE);
   }
-
- private:
-  real::Lazy<CUresult (*)(void*)> free_host_;
-  real::Lazy<CUresult (*)(unsigned*, void*)> get_flags_;
 };
 
 }  // namespace
@@ -313,16 +308,16 @@ int DeviceCount() {
   static std::atomic<int> count{0};
   int n = count.load(std::memory_order_relaxed);
   if (n > 0) return n;
-  auto get = g_device_count.Get(&real::Driver, "cuDeviceGetCount");
+  auto get = driver::DeviceGetCount();
   if (get == nullptr || get(&n) != CUDA_SUCCESS || n < 1) return 1;
   count.store(n, std::memory_order_relaxed);
   return n;
 }
 
 Context ActivePrimaryContext(int device) {
-  auto state = g_primary_state.Get(&real::Driver, "cuDevicePrimaryCtxGetState");
-  auto retain = g_primary_retain.Get(&real::Driver, "cuDevicePrimaryCtxRetain");
-  auto release = g_primary_release.Get(&real::Driver, "cuDevicePrimaryCtxRelease_v2");
+  auto state = driver::PrimaryCtxGetState();
+  auto retain = driver::PrimaryCtxRetain();
+  auto release = driver::PrimaryCtxRelease();
   if (state == nullptr || retain == nullptr || release == nullptr) return nullptr;
   unsigned flags = 0;
   int active = 0;
@@ -336,11 +331,11 @@ Context ActivePrimaryContext(int device) {
 int OtherDeviceContexts(Context own, Context* out, int max, bool make_waiters) {
   const int devices = DeviceCount();
   if (devices < 2) return 0;
-  auto ctx_device = g_ctx_device.Get(&real::Driver, "cuCtxGetDevice");
+  auto ctx_device = driver::CtxGetDevice();
   CUdevice own_device = -1;
   if (ctx_device != nullptr && own != nullptr) {
-    auto push = g_push.Get(&real::Driver, "cuCtxPushCurrent_v2");
-    auto pop = g_pop.Get(&real::Driver, "cuCtxPopCurrent_v2");
+    auto push = driver::CtxPushCurrent();
+    auto pop = driver::CtxPopCurrent();
     if (push != nullptr && pop != nullptr && push(static_cast<CUcontext>(own)) == CUDA_SUCCESS) {
       if (ctx_device(&own_device) != CUDA_SUCCESS) own_device = -1;
       CUcontext popped;

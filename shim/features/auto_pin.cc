@@ -2,23 +2,19 @@
 #include "auto_pin.h"
 
 #include "capture.h"
-#include "cuda.h"
+#include "driver_calls.h"
 #include "page_class.h"
 #include "pages.h"
-#include "real.h"
 #include "thread_state.h"
 
 namespace lazypin {
 namespace {
 
-real::Lazy<CUresult (*)(void*, size_t, unsigned)> g_register;
-real::Lazy<CUresult (*)(void*, CUpointer_attribute, CUdeviceptr)> g_attribute;
-
 // What the driver knows of the memory at `p`: nothing (pageable host memory,
 // or no memory at all), or its type.
 enum class Known { kNothing, kHost, kDevice };
 Known Ask(uintptr_t p) {
-  auto attribute = g_attribute.Get(&real::Driver, "cuPointerGetAttribute");
+  auto attribute = driver::PointerGetAttribute();
   if (attribute == nullptr) return Known::kHost;  // unknown: never pinned
   CUmemorytype type = CU_MEMORYTYPE_HOST;
   if (attribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p) != CUDA_SUCCESS) return Known::kNothing;
@@ -123,7 +119,7 @@ CopyRate AutoPin::PinSide(const char* api, Via via, const CopySide& side, const 
                IsDevice(other);
       },
       [&] {
-        auto reg = g_register.Get(&real::Driver, "cuMemHostRegister_v2");
+        auto reg = driver::MemHostRegister();
         if (reg == nullptr) return int{CUDA_ERROR_NOT_INITIALIZED};
         return int{reg(reinterpret_cast<void*>(side.lo), side.bytes, 0)};
       });

@@ -21,6 +21,7 @@
 #include "capture.h"
 #include "cuda.h"
 #include "dispatch.h"
+#include "driver_calls.h"
 #include "graph_ranges.h"
 #include "hooks.h"
 #include "own_memory.h"
@@ -494,9 +495,7 @@ Dispatch* StagingDispatch(uintptr_t src, size_t bytes) {
 // allocation holding dst holds all of it. Else the copy is not staged, and
 // the driver refuses it before a byte moves, as without lazypin.
 bool DestinationHolds(CUdeviceptr dst, size_t bytes) {
-  using AddressRangeFn = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
-  static real::Lazy<AddressRangeFn> address_range;
-  auto range = address_range.Get(&real::Driver, "cuMemGetAddressRange_v2");
+  auto range = driver::MemGetAddressRange();
   CUdeviceptr base = 0;
   size_t size = 0;
   return range != nullptr && range(&base, &size, dst) == CUDA_SUCCESS && dst >= base &&
@@ -754,13 +753,6 @@ HOOK(cuGetProcAddress_v2, CUresult, DriverSymbol, (const char*, symbol), (void**
 namespace lazypin {
 namespace {
 
-using StreamGetCtxFn = CUresult (*)(CUstream, CUcontext*);
-using CtxGetCurrentFn = CUresult (*)(CUcontext*);
-using IsCapturingFn = CUresult (*)(CUstream, CUstreamCaptureStatus*);
-real::Lazy<StreamGetCtxFn> g_stream_get_ctx;
-real::Lazy<CtxGetCurrentFn> g_ctx_get_current;
-real::Lazy<IsCapturingFn> g_is_capturing[2];  // without, with _ptsz
-
 // The stream a handle names: the per-thread default stream is a different
 // one on each thread (an odd key: stream handles are aligned pointers).
 bool PerThreadStream(CUstream stream, bool ptsz) {
@@ -777,7 +769,7 @@ uint64_t RecordingCapture(CUstream stream) {
   if (!Captures().Any() || t_state.inside || stream == nullptr || stream == CU_STREAM_LEGACY) {
     return 0;
   }
-  auto is_capturing = g_is_capturing[0].Get(&real::Driver, "cuStreamIsCapturing");
+  auto is_capturing = driver::StreamIsCapturing();
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   if (is_capturing == nullptr || is_capturing(stream, &status) != CUDA_SUCCESS ||
       status != CU_STREAM_CAPTURE_STATUS_ACTIVE) {
@@ -789,9 +781,9 @@ uint64_t RecordingCapture(CUstream stream) {
 template <typename Begin>
 CUresult TrackedBeginCapture(CUstream stream, CUstreamCaptureMode mode, bool ptsz, Begin begin) {
   CUcontext ctx = nullptr;
-  auto stream_ctx = g_stream_get_ctx.Get(&real::Driver, "cuStreamGetCtx");
+  auto stream_ctx = driver::StreamGetCtx();
   if (stream_ctx == nullptr || stream_ctx(stream, &ctx) != CUDA_SUCCESS || ctx == nullptr) {
-    if (auto current = g_ctx_get_current.Get(&real::Driver, "cuCtxGetCurrent")) current(&ctx);
+    if (auto current = driver::CtxGetCurrent()) current(&ctx);
   }
   const uint64_t key = CaptureKey(stream, ptsz);
   int handle;
@@ -819,8 +811,7 @@ CUresult TrackedEndCapture(CUstream stream, bool ptsz, CUgraph* graph, End end) 
   // not: the driver's own view decides, where it can be asked.
   bool ended = result == CUDA_SUCCESS || result == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED ||
                result == CUDA_ERROR_ILLEGAL_STATE;
-  auto is_capturing = g_is_capturing[ptsz].Get(
-      &real::Driver, ptsz ? "cuStreamIsCapturing_ptsz" : "cuStreamIsCapturing");
+  auto is_capturing = ptsz ? driver::StreamIsCapturingPtsz() : driver::StreamIsCapturing();
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   const CUstream asked = PerThreadStream(stream, ptsz) ? CU_STREAM_PER_THREAD : stream;
   if (is_capturing != nullptr && is_capturing(asked, &status) == CUDA_SUCCESS) {
