@@ -41,6 +41,10 @@
 //             pinned pages are copied at fork); the fork's wall time on stderr
 //   capture   unregister during another thread's stream capture: global mode,
 //             relaxed mode, driver API; cudaDeviceSynchronize in relaxed mode
+//   queries   a 4 MiB buffer registered, copied and unregistered 6 times with
+//             every pointer query after each unregister (PyTorch's
+//             is_pinned() asks cudaPointerGetAttributes): each answer field by
+//             field, cudart's last error after each, and the copy's bytes
 //
 // CLI: transparent [--case NAME] [--kernel-ms 100] [--fork-bytes 256M]
 // On the simulator a launch lasts SIMCUDA_KERNEL_US whatever --kernel-ms says.
@@ -64,7 +68,7 @@ namespace {
 
 const char* kUsage = "usage: transparent [--case NAME] [--kernel-ms 100] [--fork-bytes 256M]\n";
 const char* kCases[] = {"wait", "pageable", "hostwait", "remap", "noctx", "primary",
-                        "thread", "mprotect", "fork", "capture"};
+                        "thread", "mprotect", "fork", "capture", "queries"};
 
 constexpr size_t kMiB = 1 << 20;
 long long g_cycles = 0;  // spin kernel length in clock cycles
@@ -674,6 +678,88 @@ void case_capture() {
   });
 }
 
+// A pointer an answer holds, named as it relates to the buffer (raw
+// pointers are never printed).
+std::string which(uintptr_t v, const void* base, size_t n) {
+  const uintptr_t b = reinterpret_cast<uintptr_t>(base);
+  if (v == 0) return "null";
+  if (v == 0x5a5a5a5a5a5a5a5aull) return "untouched";
+  if (v >= b && v < b + n) return "buf+" + std::to_string(v - b);
+  return "other";
+}
+
+void case_queries() {
+  const size_t n = 4 * kMiB;
+  char* a = static_cast<char*>(std::aligned_alloc(4096, n));
+  void* dev = nullptr;
+  if (a == nullptr || cudaMalloc(&dev, n) != cudaSuccess) std::exit(1);
+  char* back = static_cast<char*>(std::malloc(n));
+  void* p = a + 100;
+  for (int round = 0; round < 6; ++round) {
+    std::memset(a, 0x10 + round, n);
+    const int r = cudaHostRegister(a, n, 0);
+    const int c = cudaMemcpy(dev, a, n, cudaMemcpyHostToDevice);
+    const int u = cudaHostUnregister(a);
+    const int b = cudaMemcpy(back, dev, n, cudaMemcpyDeviceToHost);
+    out("round %d: register=%d copy=%d unregister=%d bytes=%s", round, r, c, u,
+        b == 0 && std::memcmp(back, a, n) == 0 ? "ok" : "WRONG");
+    cudaPointerAttributes pa;
+    std::memset(&pa, 0x5a, sizeof pa);
+    const int rc = cudaPointerGetAttributes(&pa, p);
+    const int last = cudaGetLastError();
+    out("round %d: cudaPointerGetAttributes=%d last=%d type=%d device=%d devicePointer=%s hostPointer=%s",
+        round, rc, last, static_cast<int>(pa.type), pa.device,
+        which(reinterpret_cast<uintptr_t>(pa.devicePointer), a, n).c_str(),
+        which(reinterpret_cast<uintptr_t>(pa.hostPointer), a, n).c_str());
+    const CUpointer_attribute attrs[] = {
+        CU_POINTER_ATTRIBUTE_CONTEXT,       CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+        CU_POINTER_ATTRIBUTE_DEVICE_POINTER, CU_POINTER_ATTRIBUTE_HOST_POINTER,
+        CU_POINTER_ATTRIBUTE_SYNC_MEMOPS,   CU_POINTER_ATTRIBUTE_IS_MANAGED,
+        CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_MAPPED,
+        CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+        CU_POINTER_ATTRIBUTE_ACCESS_FLAGS};
+    constexpr int kAttrs = sizeof attrs / sizeof attrs[0];
+    uint64_t values[kAttrs];
+    void* data[kAttrs];
+    std::string each;
+    for (int k = 0; k < kAttrs; ++k) {
+      values[k] = 0x5a5a5a5a5a5a5a5aull;
+      data[k] = &values[k];
+    }
+    const int rcs = cuPointerGetAttributes(kAttrs, const_cast<CUpointer_attribute*>(attrs), data,
+                                           reinterpret_cast<CUdeviceptr>(p));
+    for (int k = 0; k < kAttrs; ++k) {
+      const bool pointer = attrs[k] == CU_POINTER_ATTRIBUTE_CONTEXT ||
+                           attrs[k] == CU_POINTER_ATTRIBUTE_DEVICE_POINTER ||
+                           attrs[k] == CU_POINTER_ATTRIBUTE_HOST_POINTER ||
+                           attrs[k] == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR;
+      each += " " + std::to_string(attrs[k]) + "=" +
+              (pointer ? which(values[k], a, n) : std::to_string(values[k]));
+    }
+    out("round %d: cuPointerGetAttributes=%d%s", round, rcs, each.c_str());
+    unsigned type = 0x5a5a5a5a;
+    const int one = cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                          reinterpret_cast<CUdeviceptr>(p));
+    unsigned flags = 0x5a5a5a5a, dflags = 0x5a5a5a5a;
+    const int hf = cudaHostGetFlags(&flags, p);
+    const int hf_last = cudaGetLastError();
+    const int df = cuMemHostGetFlags(&dflags, p);
+    void* dp = reinterpret_cast<void*>(0x5a5a5a5a5a5a5a5aull);
+    const int hd = cudaHostGetDevicePointer(&dp, p, 0);
+    const int hd_last = cudaGetLastError();
+    CUdeviceptr ddp = 0x5a5a5a5a5a5a5a5aull;
+    const int dd = cuMemHostGetDevicePointer(&ddp, p, 0);
+    out("round %d: cuPointerGetAttribute=%d type=%u cudaHostGetFlags=%d last=%d flags=%u "
+        "cuMemHostGetFlags=%d flags=%u cudaHostGetDevicePointer=%d last=%d ptr=%s "
+        "cuMemHostGetDevicePointer=%d ptr=%s",
+        round, one, type, hf, hf_last, flags, df, dflags, hd, hd_last,
+        which(reinterpret_cast<uintptr_t>(dp), a, n).c_str(), dd, which(ddp, a, n).c_str());
+  }
+  cudaFree(dev);
+  std::free(back);
+  std::free(a);
+}
+
 int run_case(const std::string& name, const tapp::Args& args) {
   tapp::current_case = name;
   if (name == "wait") case_wait();
@@ -686,6 +772,7 @@ int run_case(const std::string& name, const tapp::Args& args) {
   else if (name == "mprotect") case_mprotect();
   else if (name == "fork") case_fork(args.size("fork-bytes", 256 * kMiB));
   else if (name == "capture") case_capture();
+  else if (name == "queries") case_queries();
   else args.die("unknown case " + name);
   out("done");
   return 0;

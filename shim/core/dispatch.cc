@@ -183,11 +183,17 @@ void Dispatch::ReleaseForGraph(uintptr_t lo, uintptr_t hi) {
   pool_->Invalidate(lo, hi, EvictReason::kGraph);
 }
 
-void Dispatch::BeforeQuery(uintptr_t ptr) {
+namespace {
+// Host memory nobody registers: the driver's answers about it are its
+// answers about unregistered memory.
+alignas(64) char g_unregistered[64];
+}  // namespace
+
+uintptr_t Dispatch::QueryAddress(uintptr_t ptr) {
   FreeCachedHostBlocks(ptr, ptr + 1, EvictReason::kQuery);
-  if (pool_ == nullptr || !pool_->MaybeHolds(ptr, ptr + 1)) return;
+  if (pool_ == nullptr || !pool_->MaybeHolds(ptr, ptr + 1)) return ptr;
   ScopedInsideLazypin inside;
-  pool_->Invalidate(ptr, ptr + 1, EvictReason::kQuery);
+  return pool_->HoldsDeferred(ptr, ptr + 1) ? reinterpret_cast<uintptr_t>(g_unregistered) : ptr;
 }
 
 }  // namespace lazypin

@@ -176,8 +176,13 @@ class Dispatch {
   // After a successful cuDevicePrimaryCtxRelease: if that released the last
   // reference, the driver dropped the context's registrations, in use too.
   void AfterPrimaryContextRelease(int device, Context primary);
-  // A pointer query: memory the program unregistered must look unregistered.
-  void BeforeQuery(uintptr_t ptr);
+  // A pointer query about `ptr`: the address the driver is to be asked about
+  // instead. Memory the program unregistered must look unregistered: where
+  // the pool keeps a registration of it, an address of lazypin's own that
+  // nobody registers (the driver answers as for any unregistered memory, and
+  // the registration stays for the program's next register); else `ptr`,
+  // once a kept host block there was freed (as the program freed it).
+  uintptr_t QueryAddress(uintptr_t ptr);
   // An async copy touching host memory [lo, hi) was just queued on `stream`:
   // if the program unregistered that memory (a deferred entry), it is
   // pageable to the program, and a pageable copy has completed (or staged

@@ -708,27 +708,36 @@ COPY_HOOKS(cuMemcpy3DBatchAsync, GUARD_BATCH3D, AFTER_BATCH3D)
 COPY_HOOKS(cuMemcpy3DBatchAsync_v2, GUARD_BATCH3D, AFTER_BATCH3D)
 
 // ---- pointer queries: memory the program unregistered must look unregistered
+// (Dispatch::QueryAddress), without losing what lazypin keeps there.
+namespace lazypin {
+namespace {
+CUdeviceptr QueryAddress(CUdeviceptr ptr) {
+  Dispatch* dispatch = PublishedDispatch();
+  return dispatch != nullptr ? dispatch->QueryAddress(ptr) : ptr;
+}
+void* QueryAddress(void* p) {
+  return reinterpret_cast<void*>(QueryAddress(static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p))));
+}
+}  // namespace
+}  // namespace lazypin
+
 HOOK(cuPointerGetAttribute, CUresult, DriverSymbol, (void*, data),
      (CUpointer_attribute, attribute), (CUdeviceptr, ptr)) {
-  if (Dispatch* dispatch = PublishedDispatch()) dispatch->BeforeQuery(ptr);
-  return real(data, attribute, ptr);
+  return real(data, attribute, QueryAddress(ptr));
 }
 
 HOOK(cuPointerGetAttributes, CUresult, DriverSymbol, (unsigned int, count),
      (CUpointer_attribute*, attributes), (void**, data), (CUdeviceptr, ptr)) {
-  if (Dispatch* dispatch = PublishedDispatch()) dispatch->BeforeQuery(ptr);
-  return real(count, attributes, data, ptr);
+  return real(count, attributes, data, QueryAddress(ptr));
 }
 
 HOOK(cuMemHostGetFlags, CUresult, DriverSymbol, (unsigned int*, flags), (void*, p)) {
-  if (Dispatch* dispatch = PublishedDispatch()) dispatch->BeforeQuery(reinterpret_cast<uintptr_t>(p));
-  return real(flags, p);
+  return real(flags, QueryAddress(p));
 }
 
 HOOK(cuMemHostGetDevicePointer_v2, CUresult, DriverSymbol, (CUdeviceptr*, dptr), (void*, p),
      (unsigned int, flags)) {
-  if (Dispatch* dispatch = PublishedDispatch()) dispatch->BeforeQuery(reinterpret_cast<uintptr_t>(p));
-  return real(dptr, p, flags);
+  return real(dptr, QueryAddress(p), flags);
 }
 
 // ---- the getter: hand back our hooks for the entry points we own -----------

@@ -538,7 +538,7 @@ class CaptureReleaseTest(AppTestCase):
 
 
 TRANSPARENT_CASES = ("wait", "pageable", "hostwait", "remap", "noctx", "primary", "thread", "mprotect",
-                     "fork", "capture")
+                     "fork", "capture", "queries")
 
 
 class TransparentTest(AppTestCase):
@@ -628,6 +628,15 @@ class TransparentTest(AppTestCase):
         for case in ("hostwait", "pageable"):
             with self.subTest(case=case):
                 self.check_mode(case, "defer", LAZYPIN_AUTOPIN="1")
+
+    # Register, copy, unregister and every pointer query, six times: each
+    # query answered as bare, and the registration kept through them (5 hits).
+    def test_defer_queries_keep_hits(self):
+        self.check_mode("queries", "defer")
+        run = self.transparent("queries", "defer")
+        registers = [r["action"] for r in calls(run.records) if r["api"] == "cudaHostRegister"]
+        self.assertEqual(registers, ["miss"] + ["hit"] * 5, registers)
+        self.assertNotIn("query", {r.get("reason") for r in run.records if r["type"] == "evict"})
 
     def test_defer_remap(self):
         self.check_mode("remap", "defer")

@@ -179,7 +179,7 @@ TEST_P(DispatchHostAllocTest, QueriesAndRegistersOfAKeptBlockFreeItFirst) {
   DriverAlloc(&q, 8192);
   DriverFree(p);
   DriverFree(q);
-  dispatch_->BeforeQuery(reinterpret_cast<uintptr_t>(p) + 5000);
+  dispatch_->QueryAddress(reinterpret_cast<uintptr_t>(p) + 5000);
   EXPECT_EQ(driver_.own_frees, 1);
   EXPECT_EQ(driver_.blocks.count(reinterpret_cast<uintptr_t>(p)), 0u);
   // A register overlapping the other block: freed first, then the driver answers.
