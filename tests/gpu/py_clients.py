@@ -1,6 +1,6 @@
 """Python clients of host registration, for scripts/gpu-suite (GPU only).
 
-    python3 py_clients.py torch|torch_pinned|torch_hostalloc|cupy|numba
+    python3 py_clients.py torch|torch_query|torch_pinned|torch_hostalloc|cupy|numba
     python3 py_clients.py torch_loop|cupy_loop|numba_loop [SIZES]
 
 The *_loop clients (LAZYPIN_AUTOPIN) copy ordinary pageable arrays,
@@ -13,6 +13,8 @@ Each registers one host buffer three times (so that lazypin's defer mode can
 serve the 2nd and 3rd from its pool), copies a fresh pattern to the device and
 back each time, and checks the bytes. Prints only deterministic lines, so the
 output with and without lazypin can be compared; ends with DATA OK.
+torch_query makes six such rounds and asks t.is_pinned() (a pointer query)
+after each unregister, printing its answer.
 torch_hostalloc (PyTorch's default pin_memory: cudaHostAlloc, freed with
 cudaFreeHost by torch._C._host_emptyCache) also times its cycles, on stderr:
 "TIME torch_hostalloc size=N cycle_us=.. kept_us=.. ratio=..".
@@ -70,6 +72,17 @@ if which == "torch":
         dev = torch.from_numpy(buf).to("cuda", non_blocking=False)
         check(dev.cpu().numpy(), want, "torch round trip")
         print("unregister", int(cr.cudaHostUnregister(ptr)))
+elif which == "torch_query":
+    import torch
+    cr = torch.cuda.cudart()
+    t = torch.from_numpy(buf)
+    for i in range(6):
+        want = pattern(i)
+        print("register", int(cr.cudaHostRegister(ptr, N, 0)))
+        dev = t.to("cuda", non_blocking=False)
+        check(dev.cpu().numpy(), want, "torch round trip")
+        print("unregister", int(cr.cudaHostUnregister(ptr)))
+        print("is_pinned", t.is_pinned())
 elif which == "torch_pinned":
     # PYTORCH_CUDA_ALLOC_CONF=pinned_use_cuda_host_register:True: the caching
     # host allocator registers malloc'd blocks instead of cudaHostAlloc.
