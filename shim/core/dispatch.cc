@@ -15,7 +15,7 @@ RegisterRequest Dispatch::Request(const ProgramCall& call, Context ctx) {
   request.bytes = call.bytes;
   request.flags = call.flags;
   request.ctx = ctx;
-  request.device = env_->CurrentDevice();
+  request.device = env_->DeviceOf(ctx);
   return request;
 }
 
@@ -26,6 +26,11 @@ void Dispatch::Record(const ProgramCall& call, const Outcome& outcome, int64_t t
                           outcome.reason, end, env_->RecordedDevice()});
 }
 
+void Dispatch::FreeCachedHostBlocksUnder(const ProgramCall& call) {
+  const uintptr_t p = reinterpret_cast<uintptr_t>(call.ptr);
+  FreeCachedHostBlocks(p, IsRegister(call.api) ? RangeEnd(p, call.bytes) : p + 1, EvictReason::kOverlap);
+}
+
 bool Dispatch::WaitBeforeDefer(Context ctx) {
   if (!unregister_wait_) return true;
   ScopedInsideLazypin inside;
@@ -34,8 +39,6 @@ bool Dispatch::WaitBeforeDefer(Context ctx) {
 
 Outcome Dispatch::Act(const ProgramCall& call, absl::FunctionRef<int()> real,
                       RuntimeFrame::Wait wait) {
-  const uintptr_t p = reinterpret_cast<uintptr_t>(call.ptr);
-  FreeCachedHostBlocks(p, IsRegister(call.api) ? RangeEnd(p, call.bytes) : p + 1, EvictReason::kOverlap);
   if (pool_ == nullptr) return Outcome{real(), Action::kForward, 0};
   const Context ctx = env_->CurrentContext();
   if (IsRegister(call.api)) {
@@ -65,11 +68,7 @@ int Dispatch::Runtime(const ProgramCall& call, absl::FunctionRef<int()> real) {
   // through cudart too, and the driver hook beneath decides.
   std::optional<Outcome> fast;
   RuntimeFrame frame;
-  {
-    const uintptr_t p = reinterpret_cast<uintptr_t>(call.ptr);
-    FreeCachedHostBlocks(p, IsRegister(call.api) ? RangeEnd(p, call.bytes) : p + 1,
-                         EvictReason::kOverlap);
-  }
+  FreeCachedHostBlocksUnder(call);
   if (pool_ != nullptr) {
     if (Context ctx = env_->CurrentContext()) {
       if (IsRegister(call.api)) {
@@ -102,7 +101,8 @@ int Dispatch::Runtime(const ProgramCall& call, absl::FunctionRef<int()> real) {
 
 int Dispatch::Driver(const ProgramCall& call, absl::FunctionRef<int()> real) {
   if (RuntimeFrame* frame = t_state.runtime_frame) {
-    // cudart on behalf of the runtime call above: act, report into its frame.
+    // cudart on behalf of the runtime call above (which freed the kept host
+    // blocks under it): act, report into its frame.
     Outcome outcome;
     {
       ScopedRuntimeFrame none(nullptr);  // a driver call made from inside this one is not cudart's
@@ -116,6 +116,7 @@ int Dispatch::Driver(const ProgramCall& call, absl::FunctionRef<int()> real) {
   }
   env_->CallStarts(call);
   const int64_t t0 = env_->NowNs();
+  FreeCachedHostBlocksUnder(call);
   const Outcome outcome = Act(call, real, RuntimeFrame::Wait::kNotYet);
   Record(call, outcome, t0);
   return outcome.result;

@@ -66,9 +66,11 @@ class DispatchEnv {
  public:
   virtual ~DispatchEnv() = default;
   virtual int64_t NowNs() = 0;
-  // The calling thread's current CUDA context (null: none) and its device (-1: none).
+  // The calling thread's current CUDA context (null: none).
   virtual Context CurrentContext() = 0;
-  virtual int CurrentDevice() = 0;
+  // The device of `ctx`, the current context (-1: null); with one device, 0
+  // without asking the driver.
+  virtual int DeviceOf(Context ctx) = 0;
   // The driver would refuse an unregister on the calling thread now (900: a
   // stream capture in progress forbids it, which the refusal invalidates).
   // Such an unregister is forwarded, not deferred, so that the program sees
@@ -261,6 +263,9 @@ class Dispatch {
   // host blocks there are really freed first, so the driver answers as for
   // freed memory. Returns how many.
   int FreeCachedHostBlocks(uintptr_t lo, uintptr_t hi, EvictReason reason);
+  // The same for the range a register or unregister names: once per program
+  // call (the runtime call's, not again for the driver call cudart makes).
+  void FreeCachedHostBlocksUnder(const ProgramCall& call);
 
   DispatchEnv* const env_;
   Pool* const pool_;

@@ -30,7 +30,7 @@ Outcome Dispatch::HostAct(const ProgramCall& call, Api origin, void** out,
     request.bytes = call.bytes;
     request.flags = HostAllocRequest::Flags(call.flags, static_cast<unsigned>(origin));
     request.ctx = ctx;
-    request.device = env_->CurrentDevice();
+    request.device = env_->DeviceOf(ctx);
     ScopedInsideLazypin inside;
     return host_cache_->Alloc(request, out, real);
   }

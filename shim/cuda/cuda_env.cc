@@ -14,7 +14,9 @@ Context CudaEnv::CurrentContext() {
   return ctx;
 }
 
-int CudaEnv::CurrentDevice() {
+int CudaEnv::DeviceOf(Context ctx) {
+  if (ctx == nullptr) return -1;
+  if (DeviceCount() == 1) return 0;
   CUdevice device = -1;
   auto get = driver::CtxGetDevice();
   if (get == nullptr || get(&device) != CUDA_SUCCESS) device = -1;
@@ -69,7 +71,7 @@ Context CudaEnv::ActivePrimaryContext(int device) { return lazypin::ActivePrimar
 
 int CudaEnv::RecordedDevice() {
   // One relaxed load with one device.
-  return DeviceCount() > 1 ? std::min(CurrentDevice(), 127) : -1;
+  return DeviceCount() > 1 ? std::min(DeviceOf(CurrentContext()), 127) : -1;
 }
 
 bool CudaEnv::PrimaryContextActive(int device) {

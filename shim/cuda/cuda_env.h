@@ -14,7 +14,7 @@ class CudaEnv : public DispatchEnv {
  public:
   int64_t NowNs() override { return MonotonicNs(); }
   Context CurrentContext() override;
-  int CurrentDevice() override;
+  int DeviceOf(Context ctx) override;
   bool CaptureForbidsDeferral() override;
   int WaitForDevice(Context ctx) override;
   bool PrimaryContextActive(int device) override;

@@ -99,7 +99,7 @@ CopyRate AutoPin::PinSide(const char* api, Via via, const CopySide& side, const 
   req.bytes = side.bytes;
   req.flags = 0;
   req.ctx = ctx;
-  req.device = env_->CurrentDevice();
+  req.device = env_->DeviceOf(ctx);
   const uintptr_t hi = RangeEnd(side.lo, side.bytes);
   bool left_pageable = false;  // a copy before the `after`th, of memory the driver does not know
   const AutoPinOutcome out = pool_->AutoPin(

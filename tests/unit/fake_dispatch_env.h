@@ -18,7 +18,7 @@ class FakeDispatchEnv final : public DispatchEnv {
  public:
   int64_t NowNs() override { return now += 10; }
   Context CurrentContext() override { return ctx; }
-  int CurrentDevice() override { return ctx != nullptr ? 0 : -1; }
+  int DeviceOf(Context c) override { return c != nullptr ? 0 : -1; }
   bool CaptureForbidsDeferral() override { return capture_forbids; }
   void CallStarts(const ProgramCall&) override { ++open; }
   void Record(const CallRecord& record) override {
