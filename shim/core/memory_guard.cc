@@ -171,9 +171,10 @@ bool MemoryGuard::HandToCollector(void* block, size_t bytes, bool may_wait) cons
   return true;
 }
 
-bool MemoryGuard::ReleaseParkedForAllocation() const {
+bool MemoryGuard::ReleaseParked() const {
   if (!reuse_ || collector_ == nullptr || t_state.inside > 0 || t_own_thread || LeftProcess()) return false;
   constexpr int64_t kWaitMs = 2000;
+  if (collector_->PendingBytes() != 0) collector_->WaitHandedFrees(kWaitMs);
   return collector_->ReleaseParked(kWaitMs);
 }
 

@@ -88,12 +88,13 @@ class MemoryGuard {
   // (then the caller allocates; glibc's mmap threshold: GlibcMmapFloorNow). Null on a thread inside lazypin's code and
   // in a copy of the process. Not async-signal-safe (nor is malloc).
   void* Serve(size_t bytes, size_t align) const;
-  // An allocation failed while blocks are parked: has the collector release
-  // them (unregister, then free) and waits for that, at most 2 s. True if
-  // they were released (try the allocation again). Never on a thread inside
-  // lazypin's code; never calls the driver on the caller's thread (it may
-  // be inside the driver).
-  bool ReleaseParkedForAllocation() const;
+  // glibc's state is to be as the program's frees left it (mallopt of the
+  // mmap threshold, malloc_stats, malloc_info): waits for the frees handed
+  // to the collector, then has it release every parked block (unregister,
+  // then free), at most 2 s each. True if they were released. Never on a
+  // thread inside lazypin's code; never calls the driver on the caller's
+  // thread (it may be inside the driver).
+  bool ReleaseParked() const;
   // The program is about to allocate `bytes` (and touch them) while lazypin
   // keeps memory it gave back: when the headroom does not cover them and the
   // margin (MemoryBudget::Announce), has the collector release kept memory

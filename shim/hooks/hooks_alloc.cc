@@ -71,6 +71,18 @@ Fn RealOrNull(real::Lazy<Fn>& lazy, const char* name) {
 
 }  // namespace
 
+namespace {
+// Every free of the program's done and every parked block released (the
+// collector unregisters and frees it) before the call returns; errno as it was.
+void ReleaseParked() {
+  const ShimState* state = PublishedState();
+  if (state == nullptr || state->guard == nullptr) return;
+  const int saved_errno = errno;
+  state->guard->ReleaseParked();
+  errno = saved_errno;
+}
+}  // namespace
+
 bool RetryAfterRelease(int saved_errno, size_t bytes) {
   if (!AnyParked() || bytes >= (~size_t{0} >> 2)) return false;  // no release makes that fit
   const ShimState* state = PublishedState();
@@ -383,10 +395,28 @@ LAZYPIN_EXPORT int mallopt(int param, int value) {
     // Parked mmapped blocks may no longer be what a fresh block of their size
     // would be: all are released (the program's frees reach glibc), as bare
     // they had been.
-    if (AnyParked()) {
-      const ShimState* state = PublishedState();
-      if (state != nullptr && state->guard != nullptr) state->guard->ReleaseParkedForAllocation();
-    }
+    if (AnyParked()) ReleaseParked();
   }
   return ok;
+}
+
+// glibc's own reports of its state: parked blocks are freed first (the
+// program's frees reach glibc), so that they print what they would bare.
+LAZYPIN_EXPORT void malloc_stats() {
+  using MallocStatsFn = void (*)();
+  static real::Lazy<MallocStatsFn> real_malloc_stats;
+  ReleaseParked();
+  if (MallocStatsFn real = real_malloc_stats.Get(&real::Next, "malloc_stats")) real();
+}
+
+LAZYPIN_EXPORT int malloc_info(int options, FILE* stream) {
+  using MallocInfoFn = int (*)(int, FILE*);
+  static real::Lazy<MallocInfoFn> real_malloc_info;
+  ReleaseParked();
+  MallocInfoFn real = real_malloc_info.Get(&real::Next, "malloc_info");
+  if (real == nullptr) {
+    errno = ENOSYS;
+    return -1;
+  }
+  return real(options, stream);
 }

@@ -363,6 +363,7 @@ class PreloadTest(AppTestCase):
                    "mincore", "mlock", "mlock2", "munlock", "msync", "ioctl",
                    # address-space limits, glibc's figures, the program's dispositions
                    "setrlimit", "setrlimit64", "prlimit", "prlimit64", "mallinfo", "mallinfo2",
+                   "malloc_stats", "malloc_info",
                    "sigaction", "signal", "bsd_signal",
                    # the numbers lazypin holds, free to the program
                    "dup2", "dup3", "close", "close_range", "closefrom",

@@ -37,7 +37,8 @@
 //                           was freed: usable sizes of memalign 64 KiB / 2 MiB,
 //                           valloc, pvalloc, realloc (WHAT=sizes); the tail of
 //                           a cudaHostAlloc'd block's last page (WHAT=tail);
-//                           mallinfo2 in use (WHAT=mallinfo); a read after
+//                           mallinfo2 in use and malloc_info's mmapped
+//                           blocks (WHAT=mallinfo); a read after
 //                           cudaFreeHost (WHAT=readfreed: SIGSEGV); realloc of
 //                           an interior pointer (WHAT=interior: glibc's abort)
 //   neighbours signals      the dispositions of SIGINT and SIGTERM after CUDA
@@ -494,6 +495,31 @@ int Served(const char* what) {
     for (int i = 0; i < 4; ++i) std::free(Deferred(2 * kMiB, i));
     const size_t after = mallinfo2().uordblks + mallinfo2().hblkhd;
     say("mallinfo2 in use grew by at least 1 MiB: %s", after >= before + kMiB ? "yes" : "no");
+    // glibc's own report: the mmapped blocks it counts, before the frees and after.
+    auto mmapped = [] {
+      char* text = nullptr;
+      size_t length = 0;
+      FILE* f = open_memstream(&text, &length);
+      if (f == nullptr || malloc_info(0, f) != 0) return -1L;
+      std::fclose(f);
+      long count = -1;
+      if (const char* at = std::strstr(text, "<total type=\"mmap\" count=\"")) {
+        count = std::strtol(at + std::strlen("<total type=\"mmap\" count=\""), nullptr, 10);
+      }
+      std::free(text);
+      return count;
+    };
+    const long blocks_before = mmapped();
+    void* held[4];
+    for (int i = 0; i < 4; ++i) held[i] = std::malloc(8 * kMiB);
+    const long blocks_held = mmapped();
+    for (int i = 0; i < 4; ++i) {
+      EXPECT(cudaHostRegister(held[i], 8 * kMiB, cudaHostRegisterDefault), 0);
+      EXPECT(cudaHostUnregister(held[i]), 0);
+      std::free(held[i]);
+    }
+    say("malloc_info mmapped blocks: %ld more while held, %ld more after the frees",
+        blocks_held - blocks_before, mmapped() - blocks_before);
     return 0;
   }
   if (std::strcmp(what, "readfreed") == 0) {
