@@ -214,13 +214,13 @@ class Pool {
   // `eligible()` agrees (its pages are private anonymous and the driver knows
   // nothing of them), and the driver's watch admits it, `register_fn()`
   // registers it (flags 0) and it enters the pool as a deferred entry: to the
-  // program it is still pageable. A range whose auto-pin pointer queries
-  // released kAutoPinQueryLimit times (by pointer queries, or by copies
+  // program it is still pageable. A range whose auto-pin was released
+  // kAutoPinQueryLimit times (by an Invalidate for a query, or by copies
   // that overlap it without lying inside it: BeforeCopy), or whose register
-  // the driver refused, is not auto-pinned again (a program that asks about
-  // its memory before each copy, or copies two overlapping ranges in turn,
-  // would pay a register and an unregister per copy; a refused one a failed
-  // register), until 16 other such ranges have been seen. To the
+  // the driver refused, is not auto-pinned again (a program that copies two
+  // overlapping ranges in turn would pay a register and an unregister per
+  // copy; a refused one a failed register), until 16 other such ranges have
+  // been seen. To the
   // program it is still pageable, and it is invalidated, evicted, hit and
   // released exactly like memory the program unregistered. Neither callback
   // is called with the lock held.
