@@ -718,17 +718,38 @@ CUdeviceptr QueryAddress(CUdeviceptr ptr) {
 void* QueryAddress(void* p) {
   return reinterpret_cast<void*>(QueryAddress(static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p))));
 }
+// An answer about `asked` instead of `ptr`: a pointer it gives that is
+// `asked` (the driver names unregistered memory's host pointer so) is `ptr`.
+void AnswerAbout(CUpointer_attribute attribute, void* data, CUdeviceptr asked, CUdeviceptr ptr) {
+  if (asked == ptr || data == nullptr) return;
+  if (attribute == CU_POINTER_ATTRIBUTE_HOST_POINTER) {
+    void** host = static_cast<void**>(data);
+    if (reinterpret_cast<CUdeviceptr>(*host) == asked) *host = reinterpret_cast<void*>(ptr);
+  } else if (attribute == CU_POINTER_ATTRIBUTE_DEVICE_POINTER ||
+             attribute == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR) {
+    CUdeviceptr* device = static_cast<CUdeviceptr*>(data);
+    if (*device == asked) *device = ptr;
+  }
+}
 }  // namespace
 }  // namespace lazypin
 
 HOOK(cuPointerGetAttribute, CUresult, DriverSymbol, (void*, data),
      (CUpointer_attribute, attribute), (CUdeviceptr, ptr)) {
-  return real(data, attribute, QueryAddress(ptr));
+  const CUdeviceptr asked = QueryAddress(ptr);
+  const CUresult result = real(data, attribute, asked);
+  if (result == CUDA_SUCCESS) AnswerAbout(attribute, data, asked, ptr);
+  return result;
 }
 
 HOOK(cuPointerGetAttributes, CUresult, DriverSymbol, (unsigned int, count),
      (CUpointer_attribute*, attributes), (void**, data), (CUdeviceptr, ptr)) {
-  return real(count, attributes, data, QueryAddress(ptr));
+  const CUdeviceptr asked = QueryAddress(ptr);
+  const CUresult result = real(count, attributes, data, asked);
+  if (result == CUDA_SUCCESS && attributes != nullptr && data != nullptr) {
+    for (unsigned int i = 0; i < count; ++i) AnswerAbout(attributes[i], data[i], asked, ptr);
+  }
+  return result;
 }
 
 HOOK(cuMemHostGetFlags, CUresult, DriverSymbol, (unsigned int*, flags), (void*, p)) {

@@ -1782,7 +1782,8 @@ bool fill_attr(const PtrInfo& i, CUpointer_attribute a, void* data, uintptr_t p,
       *valid = i.kind != 0;
       return true;
     case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-      *static_cast<void**>(data) = i.kind == 1 ? reinterpret_cast<void*>(p) : nullptr;
+      // Unregistered memory too (H100, driver 580): the address asked about.
+      *static_cast<void**>(data) = i.kind != 2 ? reinterpret_cast<void*>(p) : nullptr;
       *valid = i.kind == 1;
       return true;
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:

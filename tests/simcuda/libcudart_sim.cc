@@ -620,11 +620,12 @@ cudaError_t CUDARTAPI cudaPointerGetAttributes(struct cudaPointerAttributes* a, 
   } else if (type == CU_MEMORYTYPE_DEVICE) {
     a->type = cudaMemoryTypeDevice;
   } else {
-    // Unregistered host memory (measured): type 0, device -2, no device pointer.
+    // Unregistered host memory (measured): type 0, device -2, no device
+    // pointer, and the driver's host pointer (the address asked about).
     a->type = cudaMemoryTypeUnregistered;
     a->device = -2;
     a->devicePointer = nullptr;
-    a->hostPointer = const_cast<void*>(ptr);
+    a->hostPointer = hostp;
     return cudaSuccess;
   }
   a->device = ordinal;
