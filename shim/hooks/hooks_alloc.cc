@@ -69,9 +69,6 @@ Fn RealOrNull(real::Lazy<Fn>& lazy, const char* name) {
   return lazy.Get(&real::Next, name);
 }
 
-}  // namespace
-
-namespace {
 // Every free of the program's done and every parked block released (the
 // collector unregisters and frees it) before the call returns; errno as it was.
 void ReleaseParked() {
