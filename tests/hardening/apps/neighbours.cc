@@ -34,7 +34,7 @@
 //                           atexit handler (WHERE=atexit), after mapping 1 MiB
 //                           of its own: whether that mapping was left alone
 //   neighbours served WHAT  blocks handed out again after a registered block
-//                           was freed: usable sizes of memalign 64 KiB / 2 MiB,
+//                           was freed: memalign's usable size a fresh block's,
 //                           valloc, pvalloc, realloc (WHAT=sizes); the tail of
 //                           a cudaHostAlloc'd block's last page (WHAT=tail);
 //                           mallinfo2 in use and malloc_info's mmapped
@@ -48,6 +48,7 @@
 // Exit 0 ok, 1 setup, 2 data mismatch, 3 unexpected CUDA code (hcommon.h).
 #include "hcommon.h"
 
+#include <algorithm>
 #include <cuda.h>
 #include <dirent.h>
 #include <errno.h>
@@ -437,6 +438,21 @@ int StagedLate(const char* where) {
   return 0;
 }
 
+// Whether `p`'s usable size is one glibc gives a fresh block of `bytes` at
+// `align`. Whether glibc carves a large block from the heap or maps it
+// depends on the heap's layout (its top's slack, run to run, bare too), so
+// either shape counts. Carved: the request rounded up to a chunk (a
+// remainder under glibc's 32-byte minimum stays on). Mapped: up to the
+// mapping's end, a page boundary, less than an alignment and a page over.
+bool FreshUsable(void* p, size_t bytes, size_t align) {
+  const size_t usable = malloc_usable_size(p);
+  const size_t chunk = std::max<size_t>(32, (bytes + 8 + 15) & ~size_t{15});
+  const bool carved = usable >= chunk - 8 && usable < chunk + 24;
+  const bool mapped = (reinterpret_cast<uintptr_t>(p) + usable) % 4096 == 0 && usable >= bytes &&
+                      usable < bytes + align + 4096 + 64;
+  return carved || mapped;
+}
+
 int Served(const char* what) {
   // Blocks of several kinds freed registered: what lazypin may keep and serve.
   for (size_t bytes : {64 * 1024ul, 200 * 1024ul, kMiB, 2 * kMiB, 3 * kMiB}) std::free(Deferred(bytes, 9));
@@ -444,34 +460,26 @@ int Served(const char* what) {
     for (size_t align : {4096ul, 65536ul, 2 * kMiB}) {
       for (size_t bytes : {64 * 1024ul, kMiB, 3 * kMiB}) {
         void* p = memalign(align, bytes);
-        const size_t usable = malloc_usable_size(p);
-        // An alignment of 2 MiB: whether the block is mmapped (then its
-        // usable size depends on where mmap put it) or carved from the
-        // heap's top depends on the heap's layout (run to run, bare too).
-        if (align > 65536) {
-          say("memalign(%zu, %zu): usable at least the request %d, aligned %d", align, bytes,
-              usable >= bytes, reinterpret_cast<uintptr_t>(p) % align == 0);
-        } else {
-          say("memalign(%zu, %zu): usable %zu, aligned %d", align, bytes, usable,
-              reinterpret_cast<uintptr_t>(p) % align == 0);
-        }
+        say("memalign(%zu, %zu): a fresh block's usable size %d, aligned %d", align, bytes,
+            FreshUsable(p, bytes, align), reinterpret_cast<uintptr_t>(p) % align == 0);
         std::free(Deferred(bytes, 1));
         std::free(p);
       }
     }
     for (size_t bytes : {100000ul, kMiB, 3 * kMiB}) {
       void* v = valloc(bytes);
-      say("valloc(%zu): usable %zu", bytes, malloc_usable_size(v));
+      say("valloc(%zu): a fresh block's usable size %d", bytes, FreshUsable(v, bytes, 4096));
       std::free(v);
       void* pv = pvalloc(bytes);
-      say("pvalloc(%zu): usable %zu", bytes, malloc_usable_size(pv));
+      say("pvalloc(%zu): a fresh block's usable size %d", bytes,
+          FreshUsable(pv, (bytes + 4095) & ~size_t{4095}, 4096));
       std::free(pv);
       std::free(Deferred(bytes, 2));
       void* r = std::malloc(bytes);
       void* r2 = std::realloc(r, bytes + 5000);
-      say("realloc(%zu -> +5000): usable %zu", bytes, malloc_usable_size(r2));
+      say("realloc(%zu -> +5000): a fresh block's usable size %d", bytes, FreshUsable(r2, bytes + 5000, 16));
       void* r3 = std::realloc(r2, bytes / 2);
-      say("realloc(-> %zu): usable %zu", bytes / 2, malloc_usable_size(r3));
+      say("realloc(-> %zu): a fresh block's usable size %d", bytes / 2, FreshUsable(r3, bytes / 2, 16));
       std::free(r3);
     }
     return 0;
