@@ -299,6 +299,25 @@ uint64_t MappedBytes(bool data) {
 
 void* Idle(void*) { return nullptr; }
 
+// NEIGHBOURS_MAPS=1: the mappings of 1 MiB or more on stderr, with the
+// total, under a label (for finding what takes the address space).
+void DumpMaps(const char* label) {
+  if (std::getenv("NEIGHBOURS_MAPS") == nullptr) return;
+  FILE* f = std::fopen("/proc/self/maps", "r");
+  if (f == nullptr) return;
+  char line[512];
+  unsigned long total = 0;
+  std::fprintf(stderr, "maps %s:\n", label);
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line, "%lx-%lx", &lo, &hi) != 2) continue;
+    total += hi - lo;
+    if (hi - lo >= kMiB) std::fprintf(stderr, "  %7lu KiB %s", (hi - lo) >> 10, line);
+  }
+  std::fclose(f);
+  std::fprintf(stderr, "maps %s: total %lu KiB\n", label, total >> 10);
+}
+
 int Rlimit(const char* what) {
   const bool data = std::strcmp(what, "data") == 0;
   void* warm = nullptr;
@@ -314,12 +333,15 @@ int Rlimit(const char* what) {
   // lazypin holds"), which is not memory kept.
   Sleep(300);
   const uint64_t base = MappedBytes(data);
+  DumpMaps("base");
   std::free(Deferred(64 * kMiB, 7));
   EXPECT(cudaMallocHost(&h, 64 * kMiB), 0);
   EXPECT(cudaFreeHost(h), 0);
   struct rlimit lim;
   lim.rlim_cur = lim.rlim_max = base + 96 * kMiB;
+  DumpMaps("before the limit");
   if (setrlimit(data ? RLIMIT_DATA : RLIMIT_AS, &lim) != 0) return 1;
+  DumpMaps("under the limit");
   const size_t big = 80 * kMiB;
   void* m = std::malloc(big);
   say("malloc 80 MiB: %s", m != nullptr ? "ok" : "NULL");
