@@ -173,9 +173,8 @@ const Option kOptions[] = {
      [](const Config& c) { return JsonString(c.log_path); }},
     {"LAZYPIN_LOG_MAX", "log_max", "256M", "256M",
      "a size in bytes with an optional K, M, G or T suffix, or 0",
-     "bound on the log's size: past it lazypin writes no more per-call records and keeps "
-     "exact counts, times and latency histograms per API, size class and call site instead "
-     "(tally records after 10 s, at doubling intervals up to 10 min, and at exit), so that the report's tables stay exact; 0: no bound",
+     "bound on the log's size: past it, exact tallies take the place of per-call records; "
+     "0: no bound",
      [](std::string_view t, uint64_t ram, Config* c) {
        if (t.find('%') != std::string_view::npos) return false;
        return Store(ParseSize(t, ram), &c->log_max);
@@ -187,7 +186,7 @@ const Option kOptions[] = {
      OptionKind::kSwitch},
     {"LAZYPIN_POOL_BYTES", "pool_bytes", "25%", "25% of RAM",
      "a size in bytes with an optional K, M, G or T suffix (512M, 8G) or a percentage of RAM "
-     "(the machine's, or the cgroup's memory limit when lower) from 1% to 100% (25%)",
+     "from 1% to 100% (25%)",
      "bound on the bytes the pool keeps registered",
      [](std::string_view t, uint64_t ram, Config* c) {
        return Store(ParseSize(t, ram), &c->pool_bytes);
@@ -195,8 +194,8 @@ const Option kOptions[] = {
      [](const Config& c) { return std::to_string(c.pool_bytes); }},
     {"LAZYPIN_POOL_ENTRIES", "pool_entries", "65536", "65536",
      "a whole number from 0 to 1073741824",
-     "bound on the registrations the pool keeps, and, counted apart, on the blocks the "
-     "host-allocation cache keeps (LAZYPIN_HOST_ALLOC_CACHE)",
+     "bound on the registrations the pool keeps and, counted apart, on the blocks "
+     "LAZYPIN_HOST_ALLOC_CACHE keeps",
      [](std::string_view t, uint64_t, Config* c) {
        return Store(ParseCount(t, kMaxEntries), &c->pool_entries);
      },
@@ -221,9 +220,8 @@ const Option kOptions[] = {
      [](const Config& c) { return JsonBool(c.release_at_exit); },
      OptionKind::kSwitch},
     {"LAZYPIN_WATCH", "watch", "auto", "auto", "auto, kernel or hooks",
-     "how lazypin sees pages change: the kernel watch (userfaultfd) behind the hooks where the "
-     "kernel allows it and no seccomp filter is in force (auto), required (kernel: tried under a "
-     "seccomp filter too, else nothing is deferred), or the hooks alone",
+     "how lazypin sees pages change: the kernel watch where it can (auto), always (kernel), or "
+     "never (hooks)",
      [](std::string_view t, uint64_t, Config* c) { return Store(ParseWatchMode(t), &c->watch); },
      [](const Config& c) { return fmt::format("\"{}\"", WatchModeName(c.watch)); }},
     {"LAZYPIN_DEFER_SHARED", "defer_shared", "0", "0", "0 or 1",
@@ -232,56 +230,42 @@ const Option kOptions[] = {
      [](const Config& c) { return JsonBool(c.defer_shared); },
      OptionKind::kSwitch},
     {"LAZYPIN_UNREGISTER_WAIT", "unregister_wait", "1", "1", "0 or 1",
-     "1: a deferred unregister first waits for the work in flight in the current context, as "
-     "the driver's unregister does; 0: it returns at once, and work in flight (an async copy "
-     "into another buffer) may not be complete when it returns",
+     "1: a deferred unregister first waits for the work in flight, as the driver's unregister "
+     "does; 0: it returns at once",
      [](std::string_view t, uint64_t, Config* c) {
        return Store(ParseBool(t), &c->unregister_wait);
      },
      [](const Config& c) { return JsonBool(c.unregister_wait); },
      OptionKind::kSwitch},
     {"LAZYPIN_STACKS", "stacks", "1", "1", "0, 1 or all",
-     "which calls the log gives their native stack (the report's call sites): 1: those that "
-     "reached the driver, unwound once per API, caller and size (the calling line and its "
-     "stack address, per thread; where that names no line, once per API, address and size: "
-     "in a process with a Python interpreter, and for driver entry points from "
-     "cuGetProcAddress, which static cudart calls) (2-4 us each time); all: every call, "
-     "unwound each time; 0: none",
+     "which calls get a native stack (the report's call sites): 1: those that reached the "
+     "driver; all: every call; 0: none",
      [](std::string_view t, uint64_t, Config* c) { return Store(ParseStackMode(t), &c->stacks); },
      [](const Config& c) { return fmt::format("\"{}\"", StackModeName(c.stacks)); }},
     {"LAZYPIN_PREFAULT", "prefault", "16", "16", "a whole number from 0 to 64",
-     "defer mode: the most threads that fault in the pages of a first register of 64 MiB or more "
-     "of private anonymous memory, mapped readable and writable, before the driver pins them, "
-     "each touching its own slice (contents unchanged; never more than the CPUs of the calling "
-     "thread's affinity mask, on its NUMA node where there are several; never under a seccomp "
-     "filter); 0 or 1: the driver faults them in alone",
+     "defer mode: the most threads that fault in a first register of 64 MiB or more before "
+     "the driver pins it; 0 or 1: none",
      [](std::string_view t, uint64_t, Config* c) {
        return Store(ParseCount(t, 64), &c->prefault_threads);
      },
      [](const Config& c) { return std::to_string(c.prefault_threads); }},
     {"LAZYPIN_PREFAULT_HUGE", "prefault_huge", "0", "0", "0 or 1",
-     "1: ask for transparent huge pages (MADV_HUGEPAGE) on the whole 2 MiB blocks of a range "
-     "LAZYPIN_PREFAULT faults in, unless the program refused them there (MADV_NOHUGEPAGE, "
-     "PR_SET_THP_DISABLE) or the kernel's mode is never; 0: only where the program's mapping "
-     "already gets them",
+     "1: ask for transparent huge pages where LAZYPIN_PREFAULT faults pages in; 0: only where "
+     "the mapping already gets them",
      [](std::string_view t, uint64_t, Config* c) { return Store(ParseBool(t), &c->prefault_huge); },
      [](const Config& c) { return JsonBool(c.prefault_huge); },
      OptionKind::kSwitch},
     {"LAZYPIN_HOST_ALLOC_CACHE", "host_alloc_cache", "25%", "25% of RAM",
      "a size as LAZYPIN_POOL_BYTES accepts, or 0",
-     "defer mode: bound on the bytes of pinned host blocks the program freed (cudaFreeHost, "
-     "cuMemFreeHost) that lazypin keeps allocated for a later cudaHostAlloc, cudaMallocHost, "
-     "cuMemHostAlloc or cuMemAllocHost of the same size, flags and context (served zeroed); "
-     "0: none, frees go to the driver",
+     "defer mode: bound on the bytes of pinned host blocks the program freed that lazypin keeps "
+     "for reuse; 0: none",
      [](std::string_view t, uint64_t ram, Config* c) {
        return Store(ParseSize(t, ram), &c->host_alloc_bytes);
      },
      [](const Config& c) { return std::to_string(c.host_alloc_bytes); }},
     {"LAZYPIN_AUTOPIN", "autopin", "0", "0", "0 or 1",
-     "1 (with LAZYPIN_MODE=defer and the kernel watch): before a host-device copy from or to "
-     "pageable private memory of at least LAZYPIN_AUTOPIN_MIN bytes, register that memory "
-     "through the pool, so that this copy and later ones run at the pinned rate; to the "
-     "program it stays pageable (copies, queries and registers answer as bare)",
+     "1 (defer mode, kernel watch): pin the pageable memory of a large host-device copy "
+     "through the pool, for the pinned rate",
      [](std::string_view t, uint64_t, Config* c) { return Store(ParseBool(t), &c->autopin); },
      [](const Config& c) { return JsonBool(c.autopin); },
      OptionKind::kSwitch},
@@ -299,15 +283,14 @@ const Option kOptions[] = {
     {"LAZYPIN_AUTOPIN_BYTES", "autopin_bytes", "10%", "10% of RAM",
      "a size in bytes with an optional K, M, G or T suffix or a percentage of RAM from 1% "
      "to 100%",
-     "bound on the bytes LAZYPIN_AUTOPIN keeps pinned at once (within LAZYPIN_POOL_BYTES; "
-     "pinned memory cannot be swapped); past it, copies stay pageable",
+     "bound on the bytes LAZYPIN_AUTOPIN keeps pinned at once, within LAZYPIN_POOL_BYTES; past "
+     "it, copies stay pageable",
      [](std::string_view t, uint64_t ram, Config* c) {
        return Store(ParseSize(t, ram), &c->autopin_bytes);
      },
      [](const Config& c) { return std::to_string(c.autopin_bytes); }},
     {"LAZYPIN_AUTOPIN_AFTER", "autopin_after", "1", "1", "a whole number from 1 to 1000",
-     "LAZYPIN_AUTOPIN pins a range at this copy of it (1: the first, which pays from about "
-     "4 MiB on the H200; 2: the second, for programs that copy most buffers once)",
+     "LAZYPIN_AUTOPIN pins a range at this copy of it (1: the first; 2: the second)",
      [](std::string_view t, uint64_t, Config* c) {
        const std::optional<int64_t> v = ParseCount(t, 1000);
        if (!v || *v < 1) return false;
@@ -318,21 +301,16 @@ const Option kOptions[] = {
     {"LAZYPIN_REUSE_FREED", "reuse_freed", "5%", "5% of RAM",
      "0 (off), or a size in bytes with an optional K, M, G or T suffix or a percentage of RAM "
      "from 1% to 100%",
-     "defer mode, glibc's malloc: a block the program frees while the pool holds its "
-     "registration stays registered (up to this many bytes of such blocks, within the pool's "
-     "bounds) and is handed back to a later allocation of the same size and alignment, so that "
-     "registering it again is a hit; 0: such a free is unregistered and freed",
+     "defer mode, glibc's malloc: bound on the bytes of freed blocks that stay registered for "
+     "reuse; 0: none",
      [](std::string_view t, uint64_t ram, Config* c) {
        return Store(ParseSize(t, ram), &c->reuse_freed);
      },
      [](const Config& c) { return std::to_string(c.reuse_freed); }},
     {"LAZYPIN_KEEP_MARGIN", "keep_margin", "256M", "256M",
      "a size as LAZYPIN_POOL_BYTES accepts",
-     "defer mode: memory the program gave back that lazypin keeps (host blocks it freed, "
-     "parked freed blocks) yields to the program: nothing is kept while its headroom (the "
-     "memory cgroup's limit less its usage, or the machine's available memory when less) is "
-     "under this, kept memory is released, oldest first, when the headroom falls under it or "
-     "an allocation of 1 MiB or more would take it there, and idle deferred registrations too",
+     "defer mode: the program's memory headroom under which lazypin keeps nothing the program "
+     "gave back",
      [](std::string_view t, uint64_t ram, Config* c) {
        return Store(ParseSize(t, ram), &c->keep_margin);
      },

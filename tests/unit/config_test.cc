@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <map>
@@ -305,6 +306,21 @@ TEST(ConfigTest, TheReadmeTableIsTheOptionTable) {
   const std::string table = OptionsMarkdown();
   EXPECT_NE(readme.find(table), std::string::npos)
       << "README.md must hold the option table exactly as OptionsMarkdown() writes it:\n" << table;
+  // Its cells stay one or two rendered lines; details go in the list below the table.
+  size_t rows = 0;
+  for (size_t at = readme.find("\n| `LAZYPIN_"); at != std::string::npos;
+       at = readme.find("\n| `LAZYPIN_", at + 1)) {
+    const size_t end = std::min(readme.find('\n', at + 1), readme.size());
+    const std::string row = readme.substr(at + 3, end - at - 3 - 2);  // less "| " and " |"
+    ++rows;
+    for (size_t from = 0; from <= row.size();) {
+      const size_t bar = std::min(row.find(" | ", from), row.size());
+      EXPECT_LE(bar - from, 160u)
+          << "a cell of README.md's option table: " << row.substr(from, bar - from);
+      from = bar + 3;
+    }
+  }
+  EXPECT_EQ(rows, kOptionCount);
 }
 
 // Every LAZYPIN_* name in `text`, whole (up to the first byte that cannot be
