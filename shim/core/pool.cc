@@ -1,8 +1,6 @@
 // pool: the policy (see pool.h for the invariants).
 #include "pool.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <iterator>
 
@@ -122,23 +120,6 @@ Pool::Map::iterator Pool::Erase(Map::iterator it) {
   return entries_.erase(it);  // a btree erase invalidates every other iterator
 }
 
-Pool::Queried* Pool::FindQueried(uintptr_t base, size_t bytes) {
-  for (Queried& q : queried_) {
-    if (q.count > 0 && q.base == base && q.bytes == bytes) return &q;
-  }
-  return nullptr;
-}
-
-void Pool::NoteQueried(uintptr_t base, size_t bytes, int count) {
-  Queried* q = FindQueried(base, bytes);
-  if (q == nullptr) {
-    q = &queried_[queried_next_];
-    queried_next_ = (queried_next_ + 1) % static_cast<int>(std::size(queried_));
-    *q = Queried{base, bytes, 0};
-  }
-  q->count += count;
-}
-
 void Pool::TakeVictim(Entry& e, EvictReason reason, std::vector<Victim>* victims) {
   victims->push_back(TakeVictim(e, reason));
 }
@@ -153,75 +134,6 @@ Pool::Victim Pool::TakeVictim(Entry& e, EvictReason reason) {
   evicting_ += 1;
   counters_.evictions[static_cast<int>(reason)] += 1;
   return Victim{e.base, e.bytes, e.ctx, reason, e.watched, parked};
-}
-
-bool Pool::UnparkLocked(Entry& e) {
-  if (e.parked == 0) return false;
-  park_.Remove(e.base, e.parked);
-  ForgetParked(e);
-  return true;
-}
-
-void Pool::ForgetParked(Entry& e) {
-  park_filter_[ParkSlot(e.parked)].fetch_sub(1, std::memory_order_relaxed);
-  counters_.parked_bytes -= e.parked;
-  e.parked = 0;
-  counters_.parked_now -= 1;
-}
-
-void Pool::FreeParked(uintptr_t block) {
-  reuse_.free_block(reinterpret_cast<void*>(block));
-  if (reuse_.gauge != nullptr) reuse_.gauge->fetch_sub(1, std::memory_order_relaxed);
-}
-
-void Pool::FreeBlocks(const std::vector<uintptr_t>& blocks) {
-  for (uintptr_t block : blocks) FreeParked(block);
-}
-
-void Pool::EnableReuse(ReuseHooks hooks) { reuse_ = hooks; }
-
-bool Pool::Park(uintptr_t block, size_t usable) {
-  if (!ReuseEnabled() || abandoned_.load(std::memory_order_relaxed) || Empty() || usable == 0) {
-    return false;
-  }
-  if (reuse_.budget != nullptr && !reuse_.budget->MayKeep()) return false;
-  const uintptr_t hi = RangeEnd(block, usable);
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!RangeQuiet(PageFloor(block), PageCeil(hi))) return false;  // never wait here (a handler)
-  auto it = FirstOverlap(block);
-  if (it == entries_.end() || it->first != block) return false;
-  Entry& e = it->second;
-  if (e.state != State::kDeferred || e.parked != 0 || e.bytes > usable) return false;
-  if (counters_.parked_bytes + usable > reuse_.max_bytes) return false;
-  if (auto next = std::next(it); next != entries_.end() && next->first < hi) return false;
-  if (!park_.Add(block, usable)) return false;  // full: handled as before
-  e.parked = usable;
-  park_filter_[ParkSlot(usable)].fetch_add(1, std::memory_order_relaxed);
-  counters_.parked += 1;
-  counters_.parked_now += 1;
-  counters_.parked_bytes += usable;
-  if (reuse_.gauge != nullptr) reuse_.gauge->fetch_add(1, std::memory_order_relaxed);
-  return true;
-}
-
-uintptr_t Pool::Unpark(const FreshSizes& sizes, size_t align) {
-  if (abandoned_.load(std::memory_order_relaxed) || !MaybeParked(sizes)) return 0;
-  // An allocation never blocks on lazypin's lock: it tries a few times,
-  // yielding to the holder (who never calls the driver with it held), then
-  // allocates fresh memory (one hit less). So no lock the caller holds
-  // (stdio's, the program's own) is ever ordered against the pool's.
-  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
-  for (int tries = 0; !lock.owns_lock() && tries < kUnparkTries; ++tries) {
-    sched_yield();
-    lock.try_lock();
-  }
-  if (!lock.owns_lock()) return 0;
-  const uintptr_t block = park_.Take(sizes.usable, sizes.count, align);
-  if (block == 0) return 0;
-  ForgetParked(entries_.find(block)->second);  // a parked block's entry is deferred, based at it
-  if (reuse_.gauge != nullptr) reuse_.gauge->fetch_sub(1, std::memory_order_relaxed);
-  counters_.served += 1;
-  return block;
 }
 
 void Pool::TakeOverBounds(std::vector<Victim>* victims) {
@@ -347,114 +259,6 @@ void Pool::TakePartlyCopied(uintptr_t lo, uintptr_t hi, std::vector<Victim>* vic
     if (e.auto_pinned) NoteQueried(e.base, e.bytes, 1);
     TakeVictim(e, EvictReason::kOverlap, victims);
   }
-}
-
-AutoPinOutcome Pool::AutoPin(const RegisterRequest& req, uint64_t max_auto_bytes,
-                             absl::FunctionRef<bool()> eligible,
-                             absl::FunctionRef<int()> register_fn) {
-  AutoPinOutcome out;
-  if (abandoned_.load(std::memory_order_relaxed) || req.ptr == 0 || req.bytes == 0) return out;
-  const uintptr_t lo = req.ptr, hi = RangeEnd(req.ptr, req.bytes);
-  const uintptr_t page_lo = PageFloor(lo), page_hi = PageCeil(hi);
-  ApplyPageChanges();
-  {
-    // As BeforeCopy did for this copy: another thread may have pinned a range
-    // this copy covers in part since.
-    std::vector<Victim> partly;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      AwaitQuiet(lock, page_lo, page_hi);
-      TakePartlyCopied(lo, hi, &partly);
-    }
-    Evict(partly);
-  }
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    AwaitQuiet(lock, page_lo, page_hi);
-    bool shared_page = false;
-    for (auto it = FirstOverlap(page_lo); it != entries_.end() && it->first < page_hi; ++it) {
-      Entry& e = it->second;
-      if (e.state == State::kDeferred && e.ctx == req.ctx && e.base <= lo &&
-          RangeEnd(e.base, e.bytes) >= hi) {
-        // Still pinned: this copy runs at the pinned rate. In use, so not idle.
-        lru_.erase(e.lru_key);
-        e.lru_key = next_lru_key_++;
-        e.deferred_at = driver_->AgeClockNs();
-        lru_.emplace(e.lru_key, e.base);
-        counters_.autopin_copies += 1;
-        counters_.autopin_copy_bytes += req.bytes;
-        out.result = AutoPinResult::kCovered;
-        return out;
-      }
-      shared_page = true;
-    }
-    if (shared_page) return out;  // the program's, or partly pooled: leave it alone
-    if (const Queried* q = FindQueried(req.ptr, req.bytes);
-        q != nullptr && q->count >= kAutoPinQueryLimit) {
-      counters_.autopin_queried += 1;
-      return out;
-    }
-    if (req.bytes > limits_.max_bytes || counters_.pooled_bytes + req.bytes > limits_.max_bytes ||
-        counters_.pooled_entries + 1 > limits_.max_entries ||
-        counters_.autopinned_bytes + req.bytes > max_auto_bytes) {
-      counters_.autopin_full += 1;  // never evicts to make room: the copy stays pageable
-      return out;
-    }
-    // Until the driver answers, calls on this range wait (as in Register).
-    BeginInflight(Range{lo, hi});
-  }
-  const Range call{lo, hi};
-  if (!eligible() || driver_->Admit(lo, hi) != PassReason::kNone) {
-    EndInflight(call);
-    return out;
-  }
-  out.attempted = true;
-  const int64_t t0 = driver_->NowNs();
-  // Large ranges are faulted in by several threads first, as for a program's
-  // first register (LAZYPIN_PREFAULT); part of the register's cost.
-  driver_->Prefault(lo, hi, 0);
-  out.driver_result = register_fn();
-  out.register_ns = driver_->NowNs() - t0;
-  if (out.driver_result != kCudaSuccess) {
-    driver_->Release(lo, hi);
-    {
-      // Refused (read-only memory, registered behind the pool's back, out of
-      // pinnable memory): not asked again for each copy of it.
-      std::lock_guard<std::mutex> lock(mu_);
-      NoteQueried(req.ptr, req.bytes, kAutoPinQueryLimit);
-    }
-    EndInflight(call);
-    return out;
-  }
-  std::vector<uint64_t> frames;
-  if (limits_.check_frames) driver_->ReadFrames(req.ptr, req.bytes, &frames);
-  std::vector<Victim> victims;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    // Built as a left in-use entry, so that MarkDeferred finds nothing to untrack.
-    Entry entry{req.ptr, req.bytes, 0, req.ctx, req.device, State::kInUse,
-                PassReason::kNone, /*watched=*/true, 0, 0, std::move(frames)};
-    entry.left = true;
-    Entry& e = entries_.emplace(req.ptr, std::move(entry)).first->second;
-    MarkDeferred(e);
-    e.left = false;
-    e.auto_pinned = true;
-    counters_.autopinned_bytes += e.bytes;
-    counters_.autopins += 1;
-    counters_.autopin_bytes += e.bytes;
-    counters_.autopin_register_ns += out.register_ns;
-    if (InflightLeftLocked(call)) {
-      // Its pages changed while the driver registered them: released at once.
-      TakeVictim(e, EvictReason::kWatch, &victims);
-    }
-    // Checked before the register; another thread may have filled the pool
-    // since: the bounds hold anyway (least recently used first, as a deferral does).
-    TakeOverBounds(&victims);
-  }
-  out.result = AutoPinResult::kPinned;
-  EndInflight(call);
-  Evict(victims);
-  return out;
 }
 
 void Pool::ReleaseWatched(const std::vector<Range>& ranges) {
@@ -777,54 +581,6 @@ int Pool::CollectIdle(int64_t idle_ns, EvictReason reason) {
     }
   }
   return Evict(victims);
-}
-
-int Pool::ReleaseParked(EvictReason reason, uintptr_t lo, uintptr_t hi) {
-  if (abandoned_.load(std::memory_order_relaxed)) return 0;
-  // One at a time, allocating nothing: an allocation just failed.
-  int released = 0;
-  for (;;) {
-    Victim victim[1];
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = FirstOverlap(lo);
-      while (it != entries_.end() && it->first < hi && it->second.parked == 0) ++it;
-      if (it == entries_.end() || it->first >= hi) break;
-      victim[0] = TakeVictim(it->second, reason);
-    }
-    released += Evict(victim, 1);
-  }
-  return released;
-}
-
-bool Pool::ReleaseOldestParked(EvictReason reason) {
-  if (abandoned_.load(std::memory_order_relaxed)) return false;
-  Victim victim[1];
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (counters_.parked_now == 0) return false;
-    auto it = lru_.begin();
-    while (it != lru_.end() && entries_.find(it->second)->second.parked == 0) ++it;
-    if (it == lru_.end()) return false;
-    victim[0] = TakeVictim(entries_.find(it->second)->second, reason);
-  }
-  return Evict(victim, 1) > 0;
-}
-
-void Pool::ForEachParked(absl::FunctionRef<void(uintptr_t, size_t)> each) const {
-  if (abandoned_.load(std::memory_order_relaxed)) return;
-  std::lock_guard<std::mutex> lock(mu_);
-  if (counters_.parked_now == 0) return;
-  for (const auto& [base, e] : entries_) {
-    if (e.state == State::kDeferred && e.parked != 0) each(base, e.parked);
-  }
-}
-
-bool Pool::HoldsParked(uintptr_t block) const {
-  if (abandoned_.load(std::memory_order_relaxed) || Empty()) return false;
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = entries_.find(block);
-  return it != entries_.end() && it->second.parked != 0;
 }
 
 int Pool::YieldWatch(uintptr_t lo, uintptr_t hi, EvictReason reason) {

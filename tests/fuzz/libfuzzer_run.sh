@@ -10,7 +10,8 @@ mkdir -p "$work/corpus"
 clang++ -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -DFMT_HEADER_ONLY -I"$src/tests/unit" -I"$src/shim/base" -I"$src/shim/core" -I"$src/shim/features" \
   -I"$src/shim/cuda" -isystem /usr/local/cuda/include \
-  "$src/tests/fuzz/pool_fuzz.cc" "$src/shim/core/pool.cc" "$src/shim/base/types.cc" \
+  "$src/tests/fuzz/pool_fuzz.cc" "$src/shim/core/pool.cc" "$src/shim/core/pool_park.cc" \
+  "$src/shim/core/pool_autopin.cc" "$src/shim/base/types.cc" \
   "$src/shim/base/config.cc" "$src/shim/base/json.cc" "$src/shim/core/memory_budget.cc" \
   $(pkg-config --libs absl_str_format absl_strings) -o "$work/pool_fuzz"
 cd "$work"

@@ -1,0 +1,132 @@
+// pool_park: the pool's parked blocks (LAZYPIN_REUSE_FREED; pool.h,
+// ReuseHooks): freed blocks kept registered, handed to an allocation of
+// their kind.
+#include "pool.h"
+
+#include <sched.h>
+
+#include <iterator>
+
+#include "memory_budget.h"
+#include "pages.h"
+
+namespace lazypin {
+
+bool Pool::UnparkLocked(Entry& e) {
+  if (e.parked == 0) return false;
+  park_.Remove(e.base, e.parked);
+  ForgetParked(e);
+  return true;
+}
+
+void Pool::ForgetParked(Entry& e) {
+  park_filter_[ParkSlot(e.parked)].fetch_sub(1, std::memory_order_relaxed);
+  counters_.parked_bytes -= e.parked;
+  e.parked = 0;
+  counters_.parked_now -= 1;
+}
+
+void Pool::FreeParked(uintptr_t block) {
+  reuse_.free_block(reinterpret_cast<void*>(block));
+  if (reuse_.gauge != nullptr) reuse_.gauge->fetch_sub(1, std::memory_order_relaxed);
+}
+
+void Pool::FreeBlocks(const std::vector<uintptr_t>& blocks) {
+  for (uintptr_t block : blocks) FreeParked(block);
+}
+
+void Pool::EnableReuse(ReuseHooks hooks) { reuse_ = hooks; }
+
+bool Pool::Park(uintptr_t block, size_t usable) {
+  if (!ReuseEnabled() || abandoned_.load(std::memory_order_relaxed) || Empty() || usable == 0) {
+    return false;
+  }
+  if (reuse_.budget != nullptr && !reuse_.budget->MayKeep()) return false;
+  const uintptr_t hi = RangeEnd(block, usable);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!RangeQuiet(PageFloor(block), PageCeil(hi))) return false;  // never wait here (a handler)
+  auto it = FirstOverlap(block);
+  if (it == entries_.end() || it->first != block) return false;
+  Entry& e = it->second;
+  if (e.state != State::kDeferred || e.parked != 0 || e.bytes > usable) return false;
+  if (counters_.parked_bytes + usable > reuse_.max_bytes) return false;
+  if (auto next = std::next(it); next != entries_.end() && next->first < hi) return false;
+  if (!park_.Add(block, usable)) return false;  // full: handled as before
+  e.parked = usable;
+  park_filter_[ParkSlot(usable)].fetch_add(1, std::memory_order_relaxed);
+  counters_.parked += 1;
+  counters_.parked_now += 1;
+  counters_.parked_bytes += usable;
+  if (reuse_.gauge != nullptr) reuse_.gauge->fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+uintptr_t Pool::Unpark(const FreshSizes& sizes, size_t align) {
+  if (abandoned_.load(std::memory_order_relaxed) || !MaybeParked(sizes)) return 0;
+  // An allocation never blocks on lazypin's lock: it tries a few times,
+  // yielding to the holder (who never calls the driver with it held), then
+  // allocates fresh memory (one hit less). So no lock the caller holds
+  // (stdio's, the program's own) is ever ordered against the pool's.
+  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+  for (int tries = 0; !lock.owns_lock() && tries < kUnparkTries; ++tries) {
+    sched_yield();
+    lock.try_lock();
+  }
+  if (!lock.owns_lock()) return 0;
+  const uintptr_t block = park_.Take(sizes.usable, sizes.count, align);
+  if (block == 0) return 0;
+  ForgetParked(entries_.find(block)->second);  // a parked block's entry is deferred, based at it
+  if (reuse_.gauge != nullptr) reuse_.gauge->fetch_sub(1, std::memory_order_relaxed);
+  counters_.served += 1;
+  return block;
+}
+
+int Pool::ReleaseParked(EvictReason reason, uintptr_t lo, uintptr_t hi) {
+  if (abandoned_.load(std::memory_order_relaxed)) return 0;
+  // One at a time, allocating nothing: an allocation just failed.
+  int released = 0;
+  for (;;) {
+    Victim victim[1];
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = FirstOverlap(lo);
+      while (it != entries_.end() && it->first < hi && it->second.parked == 0) ++it;
+      if (it == entries_.end() || it->first >= hi) break;
+      victim[0] = TakeVictim(it->second, reason);
+    }
+    released += Evict(victim, 1);
+  }
+  return released;
+}
+
+bool Pool::ReleaseOldestParked(EvictReason reason) {
+  if (abandoned_.load(std::memory_order_relaxed)) return false;
+  Victim victim[1];
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (counters_.parked_now == 0) return false;
+    auto it = lru_.begin();
+    while (it != lru_.end() && entries_.find(it->second)->second.parked == 0) ++it;
+    if (it == lru_.end()) return false;
+    victim[0] = TakeVictim(entries_.find(it->second)->second, reason);
+  }
+  return Evict(victim, 1) > 0;
+}
+
+void Pool::ForEachParked(absl::FunctionRef<void(uintptr_t, size_t)> each) const {
+  if (abandoned_.load(std::memory_order_relaxed)) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (counters_.parked_now == 0) return;
+  for (const auto& [base, e] : entries_) {
+    if (e.state == State::kDeferred && e.parked != 0) each(base, e.parked);
+  }
+}
+
+bool Pool::HoldsParked(uintptr_t block) const {
+  if (abandoned_.load(std::memory_order_relaxed) || Empty()) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(block);
+  return it != entries_.end() && it->second.parked != 0;
+}
+
+}  // namespace lazypin
