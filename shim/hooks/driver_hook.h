@@ -1,9 +1,10 @@
-// driver_hook: how a driver hook is made (HOOK, RECORDED_HOOK) and named in
-// the door table (HookEntry, ENTRY), for the files that hold the driver's
-// hooks: hooks_driver.cc (registration, host allocations, context teardown,
-// pointer queries, the getter, and the doors that read the tables: dlsym and
-// cuGetProcAddress), hooks_copies.cc, hooks_capture.cc, hooks_graphs.cc.
-// Each file lists its own hooks in a table of its own.
+// driver_hook: how a hook of a CUDA entry point is made (HOOK_WITH, HOOK,
+// RECORDED_HOOK) and named in the door table (HookEntry, ENTRY), for the
+// files that hold them: hooks_driver.cc (registration, host allocations,
+// context teardown, pointer queries, the getter, and the doors that read the
+// tables: dlsym and cuGetProcAddress), hooks_copies.cc, hooks_capture.cc,
+// hooks_graphs.cc and the runtime's, hooks_runtime.cc. Each file lists its
+// hooks in a table of its own.
 #pragma once
 
 // Every versioned name (cuMemHostRegister and cuMemHostRegister_v2 alike)
@@ -46,6 +47,7 @@ struct HookTable {
 HookTable CopyHooks();     // hooks_copies.cc
 HookTable CaptureHooks();  // hooks_capture.cc
 HookTable GraphHooks();    // hooks_graphs.cc
+HookTable RuntimeHooks();  // hooks_runtime.cc
 
 // The real function `name`: the next object's, else the driver's.
 void* DriverSymbol(const char* name);
@@ -81,6 +83,8 @@ inline Dispatch* DeferringDispatch() {
 // RECORDED_HOOK: the same for a call the log records, whose body also has
 // `caller` (dispatch.h's Caller), taken in Hook_NAME and in NAME, the
 // functions the program calls; HOOK's `caller` is empty (no frame pointer forced).
+// Both return CUDA_ERROR_NOT_INITIALIZED where the real function cannot be
+// found; HOOK_WITH(CALLER, MISSING, ...) names the caller and that code.
 #define LP_PARAM(type, name) type name
 #define LP_ARG(type, name) name
 #define LP_TYPE(type, name) type
@@ -98,7 +102,7 @@ inline Dispatch* DeferringDispatch() {
   LP_PICK(__VA_ARGS__, LP_MAP9, LP_MAP8, LP_MAP7, LP_MAP6, LP_MAP5, LP_MAP4, LP_MAP3, \
           LP_MAP2, LP_MAP1)(m, __VA_ARGS__)
 
-#define HOOK_WITH(CALLER, NAME, RET, RESOLVE, ...)                                      \
+#define HOOK_WITH(CALLER, MISSING, NAME, RET, RESOLVE, ...)                                      \
   using Fn_##NAME = RET (*)(LP_MAP(LP_TYPE, __VA_ARGS__));                              \
   static real::Lazy<Fn_##NAME> slot_##NAME[kViaCount];                                        \
   template <Via V>                                                                      \
@@ -106,7 +110,7 @@ inline Dispatch* DeferringDispatch() {
   template <Via V>                                                                      \
   RET Enter_##NAME(Caller caller, LP_MAP(LP_PARAM, __VA_ARGS__)) {                      \
     Fn_##NAME real = slot_##NAME[static_cast<int>(V)].Get(&RESOLVE, #NAME);             \
-    if (real == nullptr) return static_cast<RET>(CUDA_ERROR_NOT_INITIALIZED);           \
+    if (real == nullptr) return static_cast<RET>(MISSING);                              \
     return Body_##NAME<V>(real, caller, LP_MAP(LP_ARG, __VA_ARGS__));                   \
   }                                                                                     \
   template <Via V>                                                                      \
@@ -129,8 +133,8 @@ inline Dispatch* DeferringDispatch() {
   }                                                                                     \
   template <Via V>                                                                      \
   RET Body_##NAME(Fn_##NAME real, [[maybe_unused]] Caller caller, LP_MAP(LP_PARAM, __VA_ARGS__))
-#define HOOK(...) HOOK_WITH(Caller{}, __VA_ARGS__)
-#define RECORDED_HOOK(...) HOOK_WITH(LAZYPIN_CALLER(), __VA_ARGS__)
+#define HOOK(...) HOOK_WITH(Caller{}, CUDA_ERROR_NOT_INITIALIZED, __VA_ARGS__)
+#define RECORDED_HOOK(...) HOOK_WITH(LAZYPIN_CALLER(), CUDA_ERROR_NOT_INITIALIZED, __VA_ARGS__)
 
 // A table's rows: ENTRY for one entry point; COPY_ENTRIES and
 // SYNC_COPY_ENTRIES for a copy and its per-thread-stream twin (cuda.h's
@@ -145,7 +149,6 @@ inline Dispatch* DeferringDispatch() {
 #define SYNC_COPY_ENTRIES(NAME, PROC, MIN)              \
   ENTRY_FOR(NAME, PROC, MIN, INT_MAX, kLegacy),         \
   ENTRY_FOR(NAME##_ptds, PROC, 7000, INT_MAX, kPerThread)
-#define RUNTIME_ENTRY(NAME)                                                             \
-  {#NAME, nullptr, 0, -1, HookEntry::Stream::kAny,                                      \
-   [](Via via) { return RuntimeHookOf(#NAME, via); },                                   \
-   [](Via via, void* fn) { return OfferRuntimeReal(#NAME, via, fn); }}
+// A runtime hook: found by dlsym only (no getter name, no version).
+#define RUNTIME_ENTRY(NAME) \
+  {#NAME, nullptr, 0, -1, HookEntry::Stream::kAny, &HookOf_##NAME, &OfferReal_##NAME}

@@ -185,7 +185,7 @@ HOOK(cuGetProcAddress_v2, CUresult, DriverSymbol, (const char*, symbol), (void**
 }
 
 
-// ---- the doors: this file's table (the runtime hooks, hooks_runtime.cc, join it) and the others
+// ---- the doors: this file's table and the others
 namespace lazypin {
 namespace {
 
@@ -209,19 +209,14 @@ const HookEntry kHooks[] = {
     ENTRY(cuMemHostGetDevicePointer_v2, "cuMemHostGetDevicePointer", 3020, INT_MAX),
     ENTRY(cuGetProcAddress, "cuGetProcAddress", 0, 11999),
     ENTRY(cuGetProcAddress_v2, "cuGetProcAddress", 12000, INT_MAX),
-    RUNTIME_ENTRY(cudaHostRegister),
-    RUNTIME_ENTRY(cudaHostUnregister),
-    RUNTIME_ENTRY(cudaHostAlloc),
-    RUNTIME_ENTRY(cudaMallocHost),
-    RUNTIME_ENTRY(cudaFreeHost),
 };
 
 // Every table, this file's first. Called per lookup, not kept: a lookup may
 // come before any constructor of this library ran.
 template <typename Each>
 const HookEntry* FindEntry(Each each) {
-  const HookTable tables[] = {{kHooks, sizeof kHooks / sizeof kHooks[0]}, CopyHooks(), CaptureHooks(),
-                              GraphHooks()};
+  const HookTable tables[] = {{kHooks, sizeof kHooks / sizeof kHooks[0]}, RuntimeHooks(), CopyHooks(),
+                              CaptureHooks(), GraphHooks()};
   for (const HookTable& table : tables) {
     for (size_t i = 0; i < table.count; ++i) {
       if (each(table.entries[i])) return &table.entries[i];
