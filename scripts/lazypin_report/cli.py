@@ -9,7 +9,8 @@ from .base import JSON_SCHEMA, PROG, ReportError
 from .read import load
 from .aggregate import analyze
 from .compare import compare, is_bare, run_differences
-from .savings import borrowed_prices
+from .savings import borrowed_prices, own_price_aggs
+from . import prices
 from .render import render_compare, render_text
 from .plot import PLOT_HINT, PLOT_PYTHON, import_pyplot, plot, plot_missing_message, python_with_matplotlib
 
@@ -26,6 +27,9 @@ def build_parser():
                "(log mode), the saving is the measured difference. "
                "--plot runs the report under another python3 that has matplotlib when this "
                "one lacks it (LAZYPIN_REPORT_PYTHON names it). "
+               "A run too short to price its own hits and deferrals is priced, where "
+               "nothing else can, from this machine's price table, which reports of "
+               "this host's logs fill (--prices). "
                "Exit status: 0 report printed, 1 report printed but no plot written, "
                "2 bad usage or unusable log.")
     p.add_argument("logs", nargs="+", metavar="LOG", help="log file, glob or directory")
@@ -38,6 +42,10 @@ def build_parser():
     p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
     p.add_argument("--top", type=int, default=10, metavar="N",
                    help="how many of the slowest calls to list (default 10, 0: none)")
+    p.add_argument("--prices", metavar="FILE|off",
+                   help="this machine's price table (default $%s, else "
+                        "$XDG_CACHE_HOME/lazypin/prices-<host>.json); off: neither read "
+                        "nor written" % prices.PRICES_VARIABLE)
     return p
 
 
@@ -57,6 +65,7 @@ def main(argv=None):
     if args.top < 0:
         print("%s: --top must be 0 or more" % PROG, file=sys.stderr)
         return 2
+    prices.configure(args.prices)
     try:
         logs = load(args.logs, args.top)
         other_logs = load(args.compare, args.top) if args.compare else None
@@ -78,6 +87,8 @@ def main(argv=None):
             elif is_bare(other) and not is_bare(doc):
                 doc = analyze(logs, args.top, borrowed_prices(other_logs, "the bare run (--compare)"))
         cmp = compare(doc, other, diff)
+    # this host's logs that price themselves, for later runs that cannot
+    prices.record(logs + (other_logs or []), own_price_aggs)
 
     plot_msg = None
     if args.plot:

@@ -6,6 +6,7 @@ import json
 import math
 import os
 
+from . import prices as machine
 from .base import Agg, SIZE_CLASS_NAMES, api_sort_key, as_int, is_unregister
 from .fmt import fmt_bytes, fmt_ns
 
@@ -34,6 +35,21 @@ def log_prices(log, more=()):
     that evicted nothing, the process's first real register left out); for
     unregisters the successful real calls, else the successful evictions.
     `more`: other logs whose real calls count too (borrowed prices)."""
+    a = _price_aggs(log, more)
+    return {"reg": {c: _price(g) for c, g in a["reg"].items()},
+            "unreg": _price(a["unreg"]) or _price(a["good_ev"])}
+
+
+def own_price_aggs(log):
+    """The real calls that price something in `log` (log_prices'), as Aggs:
+    {"reg": {size class: Agg}, "unreg": Agg or None}; what the machine table
+    records (prices.record)."""
+    a = _price_aggs(log)
+    unreg = a["unreg"] if _price(a["unreg"]) else (a["good_ev"] if _price(a["good_ev"]) else None)
+    return {"reg": {c: g for c, g in a["reg"].items() if _price(g)}, "unreg": unreg}
+
+
+def _price_aggs(log, more=()):
     reg = {}
     unreg = Agg()
     good_ev = Agg()
@@ -48,8 +64,7 @@ def log_prices(log, more=()):
         for (reason, err, forced, stack), g in one.egroups.items():
             if not err:
                 good_ev.merge(g)
-    return {"reg": {c: _price(a) for c, a in reg.items()},
-            "unreg": _price(unreg) or _price(good_ev)}
+    return {"reg": reg, "unreg": unreg, "good_ev": good_ev}
 
 
 def borrowed_prices(logs, label):
@@ -85,7 +100,8 @@ def saving_of(log, borrowed=None):
     """What the pool saved in one process (see shim/telemetry/stats.h, Saving): priced
     hits and deferrals at this process's own real calls, net of their time and
     of evictions made inside them, minus every eviction's time. `borrowed`
-    (borrowed_prices): what prices the hits and deferrals that this
+    (borrowed_prices, or prices.machine_prices with its third element, the
+    table's description): what prices the hits and deferrals that this
     process's own calls cannot; without it the figure is the shim's."""
     prices = log_prices(log)
     saved = 0.0
@@ -97,7 +113,7 @@ def saving_of(log, borrowed=None):
             hits[None] = hits.get(None, 0) + g.n
     out = {"saved_ns": 0, "spread_ns": 0, "hits": 0, "hits_priced": 0, "deferred": 0,
            "deferred_priced": 0, "evictions": 0, "evictions_ns": 0, "price_calls": 0,
-           "borrowed": 0, "borrowed_calls": 0, "borrowed_from": None,
+           "borrowed": 0, "borrowed_calls": 0, "borrowed_from": None, "price_table": None,
            "processes": 1, "estimable": False}
     variance = 0.0
     for sclass in SIZE_CLASS_NAMES + (None,):
@@ -111,6 +127,7 @@ def saving_of(log, borrowed=None):
                 out["borrowed"] += n
                 out["borrowed_calls"] += p[0]
                 out["borrowed_from"] = borrowed[1]
+                out["price_table"] = borrowed[2] if len(borrowed) > 2 else None
                 out["price_calls"] -= p[0]   # counted apart, as the borrowed calls
         if not n or p is None:
             continue
@@ -143,7 +160,7 @@ def saving_total(savings):
     in quadrature), the others counted."""
     out = {"saved_ns": 0, "spread_ns": 0, "hits": 0, "hits_priced": 0, "deferred": 0,
            "deferred_priced": 0, "evictions": 0, "evictions_ns": 0, "price_calls": 0,
-           "borrowed": 0, "borrowed_calls": 0, "borrowed_from": None,
+           "borrowed": 0, "borrowed_calls": 0, "borrowed_from": None, "price_table": None,
            "processes": 0, "not_estimable": 0, "estimable": False}
     var = 0.0
     sources = []
@@ -154,6 +171,9 @@ def saving_total(savings):
             out[k] += sv.get(k, 0)
         if sv.get("borrowed_from") and sv["borrowed_from"] not in sources:
             sources.append(sv["borrowed_from"])
+        if sv.get("price_table") and (out["price_table"] is None
+                                      or sv["price_table"]["runs"] > out["price_table"]["runs"]):
+            out["price_table"] = sv["price_table"]
     out["borrowed_from"] = "; ".join(sources) or None
     for sv in savings:
         if sv["estimable"]:
@@ -261,7 +281,9 @@ def pool_saving(logs, borrowed=None):
     (calls_ns; measured_ns: the calls and the evictions made outside them,
     those inside being in the calls' time), the text and the method. A
     process whose own calls leave hits or deferrals unpriced borrows prices:
-    `borrowed` (the bare run of --compare), else same_program_prices."""
+    `borrowed` (the bare run of --compare), else same_program_prices; what
+    they leave unpriced, this machine's price table (prices.machine_prices)
+    where it prices more."""
     per_log = []
     for log in logs:
         sv = saving_of(log)
@@ -269,6 +291,12 @@ def pool_saving(logs, borrowed=None):
             b = borrowed or same_program_prices(log, logs)
             if b is not None:
                 sv = saving_of(log, b)
+        if unpriced(sv):
+            t = machine.machine_prices(log, _price)
+            if t is not None:
+                tsv = saving_of(log, t)
+                if unpriced(tsv) < unpriced(sv):
+                    sv = tsv
         per_log.append(sv)
     sv = saving_total(per_log)
     sv["calls_ns"] = sum(g.total for log in logs for g in log.groups.values())

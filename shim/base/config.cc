@@ -319,7 +319,7 @@ const Option kOptions[] = {
 const size_t kOptionCount = sizeof(kOptions) / sizeof(kOptions[0]);
 
 const char* const kToolVariables[] = {"LAZYPIN_LIB", "LAZYPIN_REPORT_PYTHON",
-                                      "LAZYPIN_REPORT_NO_MATPLOTLIB", nullptr};
+                                      "LAZYPIN_REPORT_NO_MATPLOTLIB", "LAZYPIN_REPORT_PRICES", nullptr};
 
 namespace {
 

@@ -39,8 +39,9 @@ def fx(name):
 
 
 def clean_env(**extra):
+    # The suite's LAZYPIN_REPORT_PRICES (off) stays: a tool's variable.
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith("LAZYPIN_") and k != "LD_PRELOAD"}
+           if (not k.startswith("LAZYPIN_") or k == "LAZYPIN_REPORT_PRICES") and k != "LD_PRELOAD"}
     env.update(extra)
     return env
 

@@ -1,6 +1,7 @@
 """What a new user meets: lazypin run finding every log, the runner's hints
 and refusals, the report's text and its --json keys held to docs/tools.md,
-and a saving for runs too short to price themselves.
+and a saving for runs too short to price themselves (from the bare side of
+--compare, another log of the same program, or this machine's price table).
 
 Run:  python3 -m unittest discover -s tests/report -v   (ctest report_tools)
 Standard library only. The tests that run the real library on the simulated
@@ -12,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -399,6 +401,161 @@ class EverySaving(InTempDir):
                       adv["suggestion"])
 
 
+def headline_log(path, host=None, exe="/opt/app/demo"):
+    """The users' headline case: one buffer registered once, then re-registered
+    from the pool every time (100% hits, every unregister deferred)."""
+    p = 0x7f0000000000
+    b = LogBuilder("defer", host=host or socket.gethostname(), exe=exe)
+    b.reg(p, M4, 300 * MS, "miss")
+    for _ in range(100):
+        b.unreg(p, 500, "deferred").reg(p, M4, 1 * US, "hit")
+    return b.write(path)
+
+
+def priced_run(path, host=None, pid=5000):
+    """Another program's run on this host whose real calls price 4 MiB
+    registers (160, 170, 180 us) and unregisters (80, 90, 100 us)."""
+    b = priced_log()
+    b.recs[0].update(host=host or socket.gethostname(), exe="/opt/app/priced", pid=pid)
+    return b.write(path)
+
+
+class MachineTable(InTempDir):
+    """This machine's price table (--prices, LAZYPIN_REPORT_PRICES): filled by
+    reports of this host's runs that price themselves, it prices a run that
+    cannot when neither --compare nor another log of the same program can."""
+    # the headline's 100 hits at the table's 170 us, its 100 deferrals at 90 us
+    WANT = 100 * (170 * US - 1 * US) + 100 * (90 * US - 500)
+
+    def setUp(self):
+        super().setUp()
+        # The suite turns the table off (tests/report/CMakeLists.txt); these
+        # tests ask for it.
+        saved = os.environ.pop("LAZYPIN_REPORT_PRICES", None)
+        if saved is not None:
+            self.addCleanup(os.environ.__setitem__, "LAZYPIN_REPORT_PRICES", saved)
+        for sub in ("earlier", "now"):
+            os.mkdir(os.path.join(self.d, sub))
+        self.table = os.path.join(self.d, "cache", "prices.json")
+        self.headline = headline_log(os.path.join(self.d, "now", "headline.jsonl"))
+        self.priced = priced_run(os.path.join(self.d, "earlier", "priced.jsonl"))
+
+    def test_the_headline_case_is_priced_from_the_table(self):
+        alone = report_json(self.headline, "--prices", self.table)["pool"]
+        self.assertIsNone(alone["saved_ns_est"])
+        self.assertFalse(os.path.exists(self.table))   # it priced nothing to record
+        self.assertEqual(report(self.priced, "--prices", self.table).returncode, 0)
+        with open(self.table) as f:
+            t = json.load(f)
+        self.assertEqual((t["host"], len(t["runs"])), (socket.gethostname(), 1))
+        report_json(self.priced, "--prices", self.table)   # reported again: counted once
+        with open(self.table) as f:
+            self.assertEqual(len(json.load(f)["runs"]), 1)
+        doc = report_json(self.headline, "--prices", self.table)
+        sv = doc["pool"]["saving"]
+        self.assertEqual(doc["pool"]["saved_ns_est"], self.WANT)
+        self.assertEqual(doc["pool"]["saved_ns_source"], "borrowed")
+        self.assertEqual((sv["borrowed"], sv["borrowed_calls"], sv["price_calls"]), (200, 6, 0))
+        label = ("the machine table %s (1 earlier run on this host, 2025-12-01)" % self.table)
+        self.assertEqual(sv["borrowed_from"], label)
+        self.assertIn("(estimated: 200 hits/deferrals priced from 6 real calls of %s, this run "
+                      "having too few of its own)" % label, sv["text"])
+        self.assertNotIn("measured", sv["text"])
+        self.assertEqual(sv["price_table"], {"file": self.table, "host": socket.gethostname(), "runs": 1,
+                                             "runs_from_unix_ns": 1764553000000000000,
+                                             "runs_to_unix_ns": 1764553000000000000})
+        self.assertEqual(doc["processes"][0]["saving"]["price_table"], sv["price_table"])
+        out = report(self.headline, "--prices", self.table).stdout
+        self.assertEqual(out.count(sv["text"]), 1, out)
+        # off: neither read nor written
+        self.assertIsNone(report_json(self.headline, "--prices", "off")["pool"]["saved_ns_est"])
+        self.assertIsNone(report_json(self.headline, "--prices", self.table, "--prices", "off")
+                          ["pool"]["saved_ns_est"])
+
+    def test_the_variable_and_the_default_path(self):
+        cache = os.path.join(self.d, "xdg")
+        env = clean_env(XDG_CACHE_HOME=cache)
+        self.assertEqual(report(self.priced, env=env).returncode, 0)
+        name = re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname())
+        default = os.path.join(cache, "lazypin", "prices-%s.json" % name)
+        self.assertTrue(os.path.isfile(default))
+        self.assertEqual(os.listdir(os.path.dirname(default)), [os.path.basename(default)])   # no temp left
+        r = report("--json", self.headline, env=env)
+        self.assertEqual(json.loads(r.stdout)["pool"]["saving"]["price_table"]["file"], default)
+        # LAZYPIN_REPORT_PRICES: another file, or off
+        r = report("--json", self.headline, env=clean_env(XDG_CACHE_HOME=cache, LAZYPIN_REPORT_PRICES="off"))
+        self.assertIsNone(json.loads(r.stdout)["pool"]["saved_ns_est"])
+        r = report("--json", self.headline, env=clean_env(LAZYPIN_REPORT_PRICES=default))
+        self.assertEqual(json.loads(r.stdout)["pool"]["saved_ns_est"], self.WANT)
+
+    def test_a_table_of_another_host_is_not_used(self):
+        report_json(self.priced, "--prices", self.table)
+        with open(self.table) as f:
+            t = json.load(f)
+        t["host"] = "not-" + socket.gethostname()
+        with open(self.table, "w") as f:
+            json.dump(t, f)
+        with open(self.table) as f:
+            before = f.read()
+        doc = report_json(self.headline, "--prices", self.table)
+        self.assertIsNone(doc["pool"]["saved_ns_est"])
+        self.assertIsNone(doc["pool"]["saving"]["price_table"])
+        self.assertIn("saving not estimable", report(self.headline, "--prices", self.table).stdout)
+        report_json(self.priced, "--prices", self.table)   # nor overwritten
+        with open(self.table) as f:
+            self.assertEqual(f.read(), before)
+        # a log written on another host is neither priced from this host's table nor recorded in it
+        os.remove(self.table)
+        report_json(self.priced, "--prices", self.table)
+        other = headline_log(os.path.join(self.d, "now", "other.jsonl"), host="not-" + socket.gethostname())
+        self.assertIsNone(report_json(other, "--prices", self.table)["pool"]["saved_ns_est"])
+        report_json(priced_run(os.path.join(self.d, "earlier", "o.jsonl"), host="elsewhere", pid=6000),
+                    "--prices", self.table)
+        with open(self.table) as f:
+            self.assertEqual(len(json.load(f)["runs"]), 1)
+
+    def test_a_table_that_cannot_be_written_does_not_fail_the_report(self):
+        blocker = os.path.join(self.d, "a-file")
+        open(blocker, "w").close()
+        os.mkdir(os.path.join(self.d, "a-dir"))
+        # its directory cannot be made; a directory where the file would be
+        tables = [os.path.join(blocker, "prices.json"), os.path.join(self.d, "a-dir")]
+        if os.geteuid() != 0:   # root writes into a read-only directory
+            tables.append(os.path.join(self.d, "ro", "prices.json"))
+        for table in tables:
+            os.makedirs(os.path.join(self.d, "ro"), 0o500, exist_ok=True)
+            try:
+                for log in (self.priced, self.headline):
+                    r = report(log, "--prices", table)
+                    self.assertEqual((r.returncode, r.stderr), (0, ""), table)
+                    self.assertEqual(r.stdout, report(log, "--prices", "off").stdout)
+            finally:
+                os.chmod(os.path.join(self.d, "ro"), 0o700)
+        # a damaged table is no table, and the next priced report replaces it
+        os.makedirs(os.path.dirname(self.table), exist_ok=True)
+        with open(self.table, "w") as f:
+            f.write("{not json")
+        self.assertIsNone(report_json(self.headline, "--prices", self.table)["pool"]["saved_ns_est"])
+        report_json(self.priced, "--prices", self.table)
+        self.assertEqual(report_json(self.headline, "--prices", self.table)["pool"]["saved_ns_est"], self.WANT)
+
+    def test_compare_and_the_same_program_come_first(self):
+        report_json(self.priced, "--prices", self.table)
+        bare = LogBuilder("log", host=socket.gethostname())
+        p = 0x7f0000000000
+        for lat in (300 * MS, 200 * US, 200 * US, 200 * US, 200 * US):
+            bare.reg(p, M4, lat, "forward").unreg(p, 100 * US, "forward")
+        bare = bare.write(os.path.join(self.d, "bare.jsonl"))
+        c = report_json(bare, "--compare", self.headline, "--prices", self.table)
+        self.assertIn("priced from 9 real calls of the bare run (--compare)",
+                      c["comparison"]["saving"]["estimate_text"])
+        self.assertIsNone(c["other"]["pool"]["saving"]["price_table"])
+        shutil.copy(bare, os.path.join(self.d, "now"))
+        sv = report_json(self.headline, "--prices", self.table)["pool"]["saving"]
+        self.assertIn("another log of the same program (bare.jsonl)", sv["borrowed_from"])
+        self.assertIsNone(sv["price_table"])
+
+
 # --------------------------------------------------------------------------
 # --json: docs/tools.md's key list, key for key
 
@@ -465,6 +622,11 @@ class JsonKeys(InTempDir):
             bare.reg(p, M4, 170 * US, "forward").unreg(p, 90 * US, "forward")
         bare.write(os.path.join(self.d, "bare.jsonl"))
         out.append([os.path.join(self.d, "bare.jsonl"), "--compare", os.path.join(self.d, "ap.jsonl")])
+        # priced from this machine's table, which the report before it fills
+        table = os.path.join(self.d, "prices.json")
+        os.mkdir(os.path.join(self.d, "table"))
+        out.append([priced_run(os.path.join(self.d, "table", "priced.jsonl")), "--prices", table])
+        out.append([headline_log(os.path.join(self.d, "table", "headline.jsonl")), "--prices", table])
         return out
 
     def test_documented_keys_are_the_outputs(self):
