@@ -44,6 +44,7 @@ struct HookTable {
   const HookEntry* entries;
   size_t count;
 };
+HookTable DoorHooks();     // hooks_driver.cc
 HookTable CopyHooks();     // hooks_copies.cc
 HookTable CaptureHooks();  // hooks_capture.cc
 HookTable GraphHooks();    // hooks_graphs.cc
@@ -152,3 +153,12 @@ inline Dispatch* DeferringDispatch() {
 // A runtime hook: found by dlsym only (no getter name, no version).
 #define RUNTIME_ENTRY(NAME) \
   {#NAME, nullptr, 0, -1, HookEntry::Stream::kAny, &HookOf_##NAME, &OfferReal_##NAME}
+
+// HOOK_TABLE(FN, rows...): a file's table, and FN() that returns it.
+#define HOOK_TABLE(FN, ...)                                                      \
+  namespace lazypin {                                                            \
+  namespace {                                                                    \
+  const HookEntry kTable_##FN[] = {__VA_ARGS__};                                 \
+  }                                                                              \
+  HookTable FN() { return {kTable_##FN, sizeof kTable_##FN / sizeof kTable_##FN[0]}; } \
+  }

@@ -133,9 +133,7 @@ HOOK(cuStreamEndCapture_ptsz, CUresult, DriverSymbol, (CUstream, stream), (CUgra
 }
 
 
-namespace lazypin {
-namespace {
-const HookEntry kTable[] = {
+HOOK_TABLE(CaptureHooks,
     ENTRY_FOR(cuStreamBeginCapture, "cuStreamBeginCapture", 0, 10009, kLegacy),
     ENTRY_FOR(cuStreamBeginCapture_ptsz, "cuStreamBeginCapture", 0, 10009, kPerThread),
     ENTRY_FOR(cuStreamBeginCapture_v2, "cuStreamBeginCapture", 10010, INT_MAX, kLegacy),
@@ -143,8 +141,4 @@ const HookEntry kTable[] = {
     ENTRY_FOR(cuStreamBeginCaptureToGraph, "cuStreamBeginCaptureToGraph", 0, INT_MAX, kLegacy),
     ENTRY_FOR(cuStreamBeginCaptureToGraph_ptsz, "cuStreamBeginCaptureToGraph", 0, INT_MAX, kPerThread),
     ENTRY_FOR(cuStreamEndCapture, "cuStreamEndCapture", 0, INT_MAX, kLegacy),
-    ENTRY_FOR(cuStreamEndCapture_ptsz, "cuStreamEndCapture", 0, INT_MAX, kPerThread),
-};
-}  // namespace
-HookTable CaptureHooks() { return {kTable, sizeof kTable / sizeof kTable[0]}; }
-}  // namespace lazypin
+    ENTRY_FOR(cuStreamEndCapture_ptsz, "cuStreamEndCapture", 0, INT_MAX, kPerThread))

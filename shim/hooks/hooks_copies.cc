@@ -487,9 +487,7 @@ COPY_HOOKS(cuMemcpyBatchAsync_v2, GUARD_BATCH, AFTER_BATCH)
 COPY_HOOKS(cuMemcpy3DBatchAsync, GUARD_BATCH3D, AFTER_BATCH3D)
 COPY_HOOKS(cuMemcpy3DBatchAsync_v2, GUARD_BATCH3D, AFTER_BATCH3D)
 
-namespace lazypin {
-namespace {
-const HookEntry kTable[] = {
+HOOK_TABLE(CopyHooks,
     COPY_ENTRIES(cuMemcpyHtoDAsync_v2, "cuMemcpyHtoDAsync", 3020),
     COPY_ENTRIES(cuMemcpyDtoHAsync_v2, "cuMemcpyDtoHAsync", 3020),
     COPY_ENTRIES(cuMemcpyAsync, "cuMemcpyAsync", 4000),
@@ -514,8 +512,4 @@ const HookEntry kTable[] = {
     ENTRY_FOR(cuMemcpy3DBatchAsync, "cuMemcpy3DBatchAsync", 12080, 12999, kLegacy),
     ENTRY_FOR(cuMemcpy3DBatchAsync_ptsz, "cuMemcpy3DBatchAsync", 12080, 12999, kPerThread),
     ENTRY_FOR(cuMemcpy3DBatchAsync_v2, "cuMemcpy3DBatchAsync", 13000, INT_MAX, kLegacy),
-    ENTRY_FOR(cuMemcpy3DBatchAsync_v2_ptsz, "cuMemcpy3DBatchAsync", 13000, INT_MAX, kPerThread),
-};
-}  // namespace
-HookTable CopyHooks() { return {kTable, sizeof kTable / sizeof kTable[0]}; }
-}  // namespace lazypin
+    ENTRY_FOR(cuMemcpy3DBatchAsync_v2_ptsz, "cuMemcpy3DBatchAsync", 13000, INT_MAX, kPerThread))

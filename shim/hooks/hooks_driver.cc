@@ -185,11 +185,8 @@ HOOK(cuGetProcAddress_v2, CUresult, DriverSymbol, (const char*, symbol), (void**
 }
 
 
-// ---- the doors: this file's table and the others
-namespace lazypin {
-namespace {
-
-const HookEntry kHooks[] = {
+// ---- the doors: this file's table, then dlsym and the getter over every table
+HOOK_TABLE(DoorHooks,
     ENTRY(cuMemHostRegister, "cuMemHostRegister", 0, 6049),
     ENTRY(cuMemHostRegister_v2, "cuMemHostRegister", 6050, INT_MAX),
     ENTRY(cuMemHostUnregister, "cuMemHostUnregister", 0, INT_MAX),
@@ -208,15 +205,15 @@ const HookEntry kHooks[] = {
     ENTRY(cuMemHostGetFlags, "cuMemHostGetFlags", 0, INT_MAX),
     ENTRY(cuMemHostGetDevicePointer_v2, "cuMemHostGetDevicePointer", 3020, INT_MAX),
     ENTRY(cuGetProcAddress, "cuGetProcAddress", 0, 11999),
-    ENTRY(cuGetProcAddress_v2, "cuGetProcAddress", 12000, INT_MAX),
-};
+    ENTRY(cuGetProcAddress_v2, "cuGetProcAddress", 12000, INT_MAX))
 
+namespace lazypin {
+namespace {
 // Every table, this file's first. Called per lookup, not kept: a lookup may
 // come before any constructor of this library ran.
 template <typename Each>
 const HookEntry* FindEntry(Each each) {
-  const HookTable tables[] = {{kHooks, sizeof kHooks / sizeof kHooks[0]}, RuntimeHooks(), CopyHooks(),
-                              CaptureHooks(), GraphHooks()};
+  const HookTable tables[] = {DoorHooks(), RuntimeHooks(), CopyHooks(), CaptureHooks(), GraphHooks()};
   for (const HookTable& table : tables) {
     for (size_t i = 0; i < table.count; ++i) {
       if (each(table.entries[i])) return &table.entries[i];

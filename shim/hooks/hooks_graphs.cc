@@ -167,9 +167,7 @@ HOOK(cuGraphExecDestroy, CUresult, DriverSymbol, (CUgraphExec, exec)) {
   return result;
 }
 
-namespace lazypin {
-namespace {
-const HookEntry kTable[] = {
+HOOK_TABLE(GraphHooks,
     ENTRY(cuGraphAddMemcpyNode, "cuGraphAddMemcpyNode", 10000, INT_MAX),
     ENTRY(cuGraphAddNode, "cuGraphAddNode", 12020, 12029),
     ENTRY(cuGraphAddNode_v2, "cuGraphAddNode", 12030, INT_MAX),
@@ -188,8 +186,4 @@ const HookEntry kTable[] = {
     ENTRY_FOR(cuGraphLaunch, "cuGraphLaunch", 10000, INT_MAX, kLegacy),
     ENTRY_FOR(cuGraphLaunch_ptsz, "cuGraphLaunch", 10000, INT_MAX, kPerThread),
     ENTRY(cuGraphDestroy, "cuGraphDestroy", 10000, INT_MAX),
-    ENTRY(cuGraphExecDestroy, "cuGraphExecDestroy", 10000, INT_MAX),
-};
-}  // namespace
-HookTable GraphHooks() { return {kTable, sizeof kTable / sizeof kTable[0]}; }
-}  // namespace lazypin
+    ENTRY(cuGraphExecDestroy, "cuGraphExecDestroy", 10000, INT_MAX))

@@ -49,12 +49,6 @@ RUNTIME_HOOK(cudaFreeHost, cudaError_t, real::Runtime, (void*, ptr)) {
                                                         [&] { return static_cast<int>(real(ptr)); }));
 }
 
-namespace lazypin {
-namespace {
-const HookEntry kTable[] = {
+HOOK_TABLE(RuntimeHooks,
     RUNTIME_ENTRY(cudaHostRegister), RUNTIME_ENTRY(cudaHostUnregister), RUNTIME_ENTRY(cudaHostAlloc),
-    RUNTIME_ENTRY(cudaMallocHost),   RUNTIME_ENTRY(cudaFreeHost),
-};
-}  // namespace
-HookTable RuntimeHooks() { return {kTable, sizeof kTable / sizeof kTable[0]}; }
-}  // namespace lazypin
+    RUNTIME_ENTRY(cudaMallocHost),   RUNTIME_ENTRY(cudaFreeHost))

@@ -9,8 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 #include <linux/futex.h>
@@ -21,26 +19,9 @@
 #include <mutex>
 #include <system_error>
 
-#include "fmt/format.h"
 #include "descriptors.h"
-#include "json.h"
-#include "seccomp.h"
 #include "sys.h"
 #include "thread_state.h"
-
-#if __has_include(<linux/openat2.h>)
-#include <linux/openat2.h>
-#else
-struct open_how {
-  uint64_t flags;
-  uint64_t mode;
-  uint64_t resolve;
-};
-#define RESOLVE_NO_SYMLINKS 0x04
-#endif
-#ifndef SYS_openat2
-#define SYS_openat2 437  // the same number on every architecture
-#endif
 
 namespace lazypin {
 namespace {

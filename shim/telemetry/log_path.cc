@@ -3,30 +3,20 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
-#include <sys/resource.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
-#include <time.h>
 #include <unistd.h>
-#include <linux/futex.h>
-#include <sched.h>
 
-#include <chrono>
 #include <cstring>
-#include <mutex>
-#include <system_error>
 
-#include "fmt/format.h"
 #include "descriptors.h"
+#include "fmt/format.h"
 #include "json.h"
 #include "seccomp.h"
-#include "sys.h"
-#include "thread_state.h"
 
 #if __has_include(<linux/openat2.h>)
 #include <linux/openat2.h>
