@@ -2,16 +2,9 @@
 // that lazypin's releases leave a capture alone.
 #include "driver_hook.h"  // first: cuda.h's names as the driver exports them
 
-#include <string.h>
-
-#include "auto_pin.h"
 #include "capture.h"
-#include "copy_sides.h"
 #include "driver_calls.h"
 #include "graph_ranges.h"
-#include "own_memory.h"
-#include "pages.h"
-#include "sys.h"
 
 using namespace lazypin;  // NOLINT: the hooks below are C symbols
 

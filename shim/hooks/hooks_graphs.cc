@@ -4,14 +4,9 @@
 
 #include <string.h>
 
-#include "auto_pin.h"
-#include "capture.h"
 #include "copy_sides.h"
-#include "driver_calls.h"
 #include "graph_ranges.h"
-#include "own_memory.h"
 #include "pages.h"
-#include "sys.h"
 
 using namespace lazypin;  // NOLINT: the hooks below are C symbols
 
@@ -39,7 +34,7 @@ namespace {
 
 // A memcpy node of `owner` (null: a node whose graph is unknown).
 void NoteGraphCopy(const void* owner, const CUDA_MEMCPY3D* copy) {
-  Dispatch* dispatch = t_state.inside ? nullptr : DeferringDispatch();
+  Dispatch* dispatch = DeferringDispatch();
   CopySide dst, src;
   if (dispatch == nullptr || !Sides3D(copy, &dst, &src)) return;
   NoteGraphRange(dispatch, owner, dst.lo, RangeEnd(dst.lo, dst.bytes));
