@@ -16,7 +16,6 @@ another is not used. Writes are atomic (a temporary file renamed over the
 table) and never fail the report: where the table cannot be written, it is
 left as it is."""
 
-import datetime
 import json
 import os
 import re
@@ -25,6 +24,7 @@ import tempfile
 import time
 
 from .base import Agg
+from .fmt import iso_start
 
 PRICES_VARIABLE = "LAZYPIN_REPORT_PRICES"
 TABLE_FORMAT = 1
@@ -124,10 +124,7 @@ def _sums(a):
 
 
 def _day(ns):
-    try:
-        return datetime.datetime.fromtimestamp(ns / 1e9, tz=datetime.timezone.utc).strftime("%Y-%m-%d")
-    except (OverflowError, OSError, ValueError, TypeError):
-        return "?"
+    return (iso_start(ns) or "?")[:10]
 
 
 def machine_prices(log, price):
