@@ -10,11 +10,27 @@
 //    (LAZYPIN_REUSE_FREED) and none fits it: MemoryGuard::Serve's size
 //    arithmetic and lock-free filter;
 //  - BM_ParkServeHitCycle: the whole reuse cycle's lazypin side: a free that
-//    parks, an allocation served, the register's hit and the deferral.
+//    parks, an allocation served, the register's hit and the deferral;
+//  - BM_Zero/N/K: zeroing N MiB with memset (K=0) or the non-temporal stores
+//    that zero parked blocks ahead of their reuse (K=1);
+//  - BM_WriterBesideZeroing/K: a thread writing 64 MiB over and over at full
+//    speed (memory-bound), alone (K=0) or while another thread zeroes as the
+//    collector does (K=1: Collector::kZeroStepBytes steps, each followed by a
+//    pause kZeroPauseFactor times its length): the ratio of the two rates is
+//    what the zeroing costs a memory-bound program.
 #include <benchmark/benchmark.h>
+#include <sys/mman.h>
+#include <time.h>
 
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+#include "collector.h"
 #include "memory_guard.h"
 #include "pool.h"
+#include "sys.h"
+#include "zero_fill.h"
 
 namespace lazypin {
 namespace {
@@ -117,6 +133,62 @@ void BM_ParkServeHitCycle(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_ParkServeHitCycle);
+
+// An anonymous mapping of `bytes`, written once (its pages present).
+unsigned char* Mapped(size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  memset(p, 1, bytes);
+  return static_cast<unsigned char*>(p);
+}
+
+void BM_Zero(benchmark::State& state) {
+  const size_t bytes = static_cast<size_t>(state.range(0)) << 20;
+  unsigned char* p = Mapped(bytes);
+  if (p == nullptr) return state.SkipWithError("mmap");
+  for (auto _ : state) {
+    if (state.range(1) == 0) {
+      memset(p, 0, bytes);
+    } else {
+      ZeroNonTemporal(p, bytes);
+    }
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
+  munmap(p, bytes);
+}
+BENCHMARK(BM_Zero)->ArgsProduct({{4, 64}, {0, 1}})->UseRealTime();
+
+void BM_WriterBesideZeroing(benchmark::State& state) {
+  constexpr size_t kBytes = size_t{64} << 20;
+  unsigned char* mine = Mapped(kBytes);
+  unsigned char* parked = Mapped(kBytes);
+  if (mine == nullptr || parked == nullptr) return state.SkipWithError("mmap");
+  std::atomic<bool> stop{false};
+  std::thread zeroing;
+  if (state.range(0) == 1) {
+    zeroing = std::thread([&] {
+      for (size_t at = 0; !stop.load(std::memory_order_relaxed); at = (at + Collector::kZeroStepBytes) % kBytes) {
+        const int64_t t0 = MonotonicNs();
+        ZeroNonTemporal(parked + at, Collector::kZeroStepBytes);
+        const int64_t pause = (MonotonicNs() - t0) * Collector::kZeroPauseFactor;
+        const timespec ts{0, static_cast<long>(pause)};
+        nanosleep(&ts, nullptr);
+      }
+    });
+  }
+  unsigned char fill = 0;
+  for (auto _ : state) {
+    memset(mine, ++fill, kBytes);
+    benchmark::ClobberMemory();
+  }
+  stop = true;
+  if (zeroing.joinable()) zeroing.join();
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kBytes));
+  munmap(mine, kBytes);
+  munmap(parked, kBytes);
+}
+BENCHMARK(BM_WriterBesideZeroing)->Arg(0)->Arg(1)->UseRealTime()->MinTime(1.0);
 
 }  // namespace
 }  // namespace lazypin

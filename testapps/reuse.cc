@@ -7,7 +7,7 @@
 //   reuse --mode cycle --sizes 4K,1M,4M --iters 20   the cycle; RESULT median per size
 //   reuse --mode kept ...                             the fill and copy alone, from a
 //                                                     block kept registered (the target)
-//   reuse --mode calloc|align|usable|realloc|pageable|signal|threads|fork|idle
+//   reuse --mode calloc|align|usable|realloc|pageable|signal|threads|fork|idle|zeroed
 //         allocator semantics around the cycle (see each mode below)
 //
 // A block of 128 KiB to 32 MiB is mmapped by glibc until the first free of
@@ -164,6 +164,33 @@ int ModeCalloc(const tapp::Args& args) {
       free(p);
     }
     std::printf("calloc size=%s zero=%s\n", tapp::size_name(n).c_str(), zero ? "yes" : "NO");
+  }
+  return 0;
+}
+
+// An mmapped block (glibc's threshold fixed below it) that comes back after
+// a pause (--pause-ms): zero throughout its usable size, as a fresh mapping
+// reads, every round (lazypin zeroes it while it is parked, or when it is
+// served).
+int ModeZeroed(const tapp::Args& args) {
+  mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+  const int iters = static_cast<int>(args.num("iters", 4));
+  const auto pause = static_cast<useconds_t>(args.num("pause-ms", 0)) * 1000;
+  for (size_t n : Sizes(args, "4M")) {
+    bool zero = true, ok = true;
+    for (int i = 0; i < iters; ++i) {
+      auto* p = static_cast<unsigned char*>(malloc(n));
+      const size_t usable = malloc_usable_size(p);
+      for (size_t k = 0; k < usable; ++k) zero = zero && p[k] == 0;
+      Fill(p, usable, static_cast<unsigned>(i));
+      CHECK(cudaHostRegister(p, n, cudaHostRegisterDefault));
+      ok = RoundTrip(p, n) && ok;
+      CHECK(cudaHostUnregister(p));
+      free(p);
+      usleep(pause);
+    }
+    std::printf("zeroed size=%s iters=%d zero=%s bytes=%s\n", tapp::size_name(n).c_str(), iters,
+                zero ? "yes" : "NO", ok ? "ok" : "WRONG");
   }
   return 0;
 }
@@ -412,7 +439,7 @@ int ModeIdle(const tapp::Args& args) {
 
 int main(int argc, char** argv) {
   tapp::Args args(argc, argv, {"mode", "sizes", "iters", "threads", "pause-ms", "room-mib"}, {"fixed-threshold"},
-                  "reuse --mode cycle|kept|calloc|align|usable|realloc|pageable|signal|threads|fork|idle|room\n"
+                  "reuse --mode cycle|kept|calloc|align|usable|realloc|pageable|signal|threads|fork|idle|room|zeroed\n"
                   "      [--sizes 4K,1M,4M] [--iters N] [--threads N] [--pause-ms N] [--fixed-threshold]\n");
   CHECK(cudaSetDevice(0));
   CHECK(cudaFree(nullptr));
@@ -430,6 +457,7 @@ int main(int argc, char** argv) {
   else if (mode == "fork") rc = ModeFork(args);
   else if (mode == "idle") rc = ModeIdle(args);
   else if (mode == "room") rc = ModeRoom(args);
+  else if (mode == "zeroed") rc = ModeZeroed(args);
   else Die("unknown --mode " + mode);
   if (g_device != nullptr) CHECK(cudaFree(g_device));
   return rc;

@@ -296,13 +296,22 @@ void Collector::Run() {
     }
     if (!prefaulted) wait_ms = std::min<int64_t>(wait_ms, 10);
     if (polling) wait_ms = std::min<int64_t>(wait_ms, poll_ms);
+    int64_t wait_ns = wait_ms * 1000000;
+    if (const int64_t now_ns = MonotonicNs(); now_ns >= zero_next_ns_) {
+      const size_t wrote = pool_->ZeroParkedStep(kZeroStepBytes);
+      const int64_t after_ns = MonotonicNs();
+      zero_next_ns_ = wrote != 0 ? after_ns + (after_ns - now_ns) * kZeroPauseFactor : 0;
+    }
+    if (zero_next_ns_ != 0) {
+      wait_ns = std::clamp<int64_t>(zero_next_ns_ - MonotonicNs(), 1000, wait_ns);
+    }
     if (handed_.load(std::memory_order_acquire) != seen_handed) continue;  // more came meanwhile
     if (release_asked_.load(std::memory_order_acquire) !=
             release_done_.load(std::memory_order_relaxed) ||
         room_asked_.load(std::memory_order_acquire) != room_done_.load(std::memory_order_relaxed)) {
       continue;  // asked meanwhile
     }
-    IdleWait(&wake_seq_, seq, wait_ms * 1000000);
+    IdleWait(&wake_seq_, seq, wait_ns);
   }
 }
 

@@ -14,6 +14,11 @@
 //    when it falls short (or an allocation asks, MakeRoom), releases kept
 //    memory, least recently kept first: host blocks, then parked blocks, then
 //    deferred registrations unused for kPressureIdleMs (their pages are pinned).
+//  - zeroes parked blocks ahead of their reuse (Pool::ZeroParkedStep), so that
+//    an allocation served one does not zero it on the program's thread: in
+//    steps of kZeroStepBytes, each followed by a pause kZeroPauseFactor times
+//    as long as the step took. So zeroing takes at most 2% of this thread's
+//    time, and of the memory bandwidth one core's streaming stores can use.
 // Both wait while a stream capture is in progress (CaptureTracker), at most
 // FreeBounds::capture_postpone_ms, so that their releases can wait for the
 // GPU first (a synchronize would invalidate the capture); past the bound
@@ -96,6 +101,9 @@ class Collector {
   static constexpr int64_t kPollGraceMs = 1000;
   // Deferred registrations unused this long are released under pressure.
   static constexpr int64_t kPressureIdleMs = 1000;
+  // Zeroing ahead (see above).
+  static constexpr size_t kZeroStepBytes = size_t{256} << 10;
+  static constexpr int64_t kZeroPauseFactor = 49;
   // `block` is freed again while its first free is still handed over (the
   // program's double free)? If so, that first free is made before this
   // returns: taken back from its slot and made on this thread (invalidated,
@@ -167,6 +175,7 @@ class Collector {
   const CaptureTracker* const captures_;
   int64_t postponed_since_ms_ = 0;  // the collector thread's: 0 when no capture was seen
   int64_t kept_seen_ms_ = 0;        // the collector thread's: when it last saw anything kept
+  int64_t zero_next_ns_ = 0;        // the collector thread's: the next zeroing step (0: none due)
   std::atomic<uint32_t> wake_seq_{0};  // a futex: bumped by Wake()
   // Tickets: a block's ticket is taken after its slot is published, so every
   // ticket up to a value read before a scan of the slots is in that scan.

@@ -137,7 +137,14 @@ bool MemoryGuard::TakeFree(void* block) const {
     // allocation could be given as a fresh one (Parkable): another would stay
     // parked while later allocations of its kind land elsewhere.
     if (pooled && reuse_) {
-      if (Parkable(block) && pool_->Park(lo, bytes)) return true;
+      // An mmapped chunk is served zeroed (a fresh one is new pages): the
+      // collector, woken for it, zeroes it while it is parked
+      // (Pool::ZeroParkedStep).
+      const bool zero_ahead = GlibcChunkOf(block, PageSize()).mmapped;
+      if (Parkable(block) && pool_->Park(lo, bytes, zero_ahead)) {
+        if (zero_ahead && collector_ != nullptr) collector_->Nudge();
+        return true;
+      }
       parked_before = pool_->HoldsParked(lo);
     }
   }
@@ -208,12 +215,12 @@ bool MemoryGuard::ReleaseKept() const {
   return collector_->MakeRoom(~uint64_t{0} >> 2, kMakeRoomWaitMs);  // more than can be had: all
 }
 
-void* MemoryGuard::Serve(size_t bytes, size_t align) const {
+void* MemoryGuard::Serve(size_t bytes, size_t align, bool* zeroed) const {
   if (!reuse_ || t_state.inside > 0) return nullptr;
   const FreshSizes sizes = GlibcFreshUsable(bytes, align, PageSize(), GlibcMmapFloorNow());
   if (!pool_->MaybeParked(sizes) || LeftProcess()) return nullptr;
   ScopedInsideLazypin inside;
-  return reinterpret_cast<void*>(pool_->Unpark(sizes, align));
+  return reinterpret_cast<void*>(pool_->Unpark(sizes, align, zeroed));
 }
 
 }  // namespace lazypin

@@ -87,7 +87,9 @@ class MemoryGuard {
   // its own fresh glibc block could have been (GlibcFreshUsable), or null
   // (then the caller allocates; glibc's mmap threshold: GlibcMmapFloorNow). Null on a thread inside lazypin's code and
   // in a copy of the process. Not async-signal-safe (nor is malloc).
-  void* Serve(size_t bytes, size_t align) const;
+  // `*zeroed` (may be null): the block reads as zeros to its usable end (an
+  // mmapped chunk the collector zeroed while it was parked).
+  void* Serve(size_t bytes, size_t align, bool* zeroed = nullptr) const;
   // glibc's state is to be as the program's frees left it (mallopt of the
   // mmap threshold, malloc_stats, malloc_info): waits for the frees handed
   // to the collector, then has it release every parked block (unregister,

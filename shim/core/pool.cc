@@ -630,6 +630,7 @@ void Pool::AbandonAfterFork(bool unregister_deferred) {
   }
   holding_.store(0, std::memory_order_relaxed);
   in_use_.store(0, std::memory_order_relaxed);
+  zero_writing_.store(0, std::memory_order_relaxed);  // the zeroing thread is the parent's
   // The child never hands out a parked block (the parent's fork-prepare
   // release freed them; any left are the parent's, leaked here).
   if (reuse_.gauge != nullptr) reuse_.gauge->store(0, std::memory_order_relaxed);

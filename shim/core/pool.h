@@ -158,6 +158,7 @@ struct PoolCounters {
   uint64_t peak_bytes = 0, peak_entries = 0;
   uint64_t forced_releases = 0;  // evictions whose wait for the GPU did not finish
   uint64_t parked = 0, served = 0;  // frees kept (parked) and handed back to an allocation
+  uint64_t served_zeroed = 0;       // of those served, the ones zeroed ahead (ZeroParkedStep)
   uint64_t parked_now = 0;          // blocks parked at this moment
   uint64_t parked_bytes = 0;        // their usable bytes
   // Auto-pins (LAZYPIN_AUTOPIN, auto_pin.h): registrations lazypin made for
@@ -314,13 +315,23 @@ class Pool {
   // on and one deferred entry, based at `block` and no longer than `usable`,
   // is all the pool holds there (nothing in flight or evicting on it), within
   // ReuseHooks::max_bytes. True:
-  // the caller must not free it. Never waits for an eviction.
-  bool Park(uintptr_t block, size_t usable);
+  // the caller must not free it. Never waits for an eviction. `zero_ahead`:
+  // a block its allocation is served zeroed (ZeroParkedStep zeroes it first).
+  bool Park(uintptr_t block, size_t usable, bool zero_ahead = false);
   // An allocation whose fresh block could have any of `sizes`' usable sizes
   // and needs `align`: a parked block that fits, taken out of the park (its
   // entry stays deferred until the program registers it: a hit); 0 if none,
   // and 0 when the lock stays busy over a few yields (it never blocks).
-  uintptr_t Unpark(const FreshSizes& sizes, size_t align);
+  // `*zeroed` (may be null): the block reads as zeros to its usable end.
+  uintptr_t Unpark(const FreshSizes& sizes, size_t align, bool* zeroed = nullptr);
+  // One step of zeroing parked blocks ahead of their reuse, for one thread
+  // only (the collector): writes zeros into at most `max_bytes` of a block
+  // parked with `zero_ahead`, with non-temporal stores and without the lock.
+  // A block that leaves the park meanwhile (served or released) stops it
+  // before the next write; its Unpark or real free waits for a write in
+  // progress (at most one step's). Returns the bytes written (0: nothing to
+  // zero, or the block left the park).
+  size_t ZeroParkedStep(size_t max_bytes);
   // Releases every parked block overlapping [lo, hi) (unregister, then the
   // real free): an allocation failed while they held memory, or the program
   // maps over memory it freed. Returns how many.
@@ -434,6 +445,8 @@ class Pool {
   // (FreeParked), its memory is lazypin's to give back.
   void ForgetParked(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeParked(uintptr_t block);
+  // Until no zeroing step writes into `block` (after it left the park).
+  void AwaitZeroWrite(uintptr_t block) const;
   void FreeBlocks(const std::vector<uintptr_t>& blocks);
   static size_t ParkSlot(size_t usable) { return (usable >> 4) % kParkSlots; }
   // Auto-pinned ranges that queries or overlapping copies released, most recent first (see AutoPin).
@@ -502,6 +515,17 @@ class Pool {
   static constexpr size_t kParkSlots = 64;
   static constexpr int kUnparkTries = 64;  // Unpark: tries of a busy lock before it gives up
   std::atomic<uint32_t> park_filter_[kParkSlots] = {};
+  // ZeroParkedStep's block (0: none) and how far it got. zero_block_ changes
+  // under the lock (the stepping thread's alone); the others are that
+  // thread's. zero_cancel_: the block left the park (set under the lock).
+  // zero_writing_: the block while zeros are being written into it, checked
+  // against zero_cancel_ the other way round (both seq_cst): a release that
+  // set the cancel and then finds no write in progress may free the block.
+  uintptr_t zero_block_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t zero_usable_ = 0;
+  size_t zero_done_ = 0;
+  std::atomic<bool> zero_cancel_{false};
+  std::atomic<uintptr_t> zero_writing_{0};
 };
 
 }  // namespace lazypin

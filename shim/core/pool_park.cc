@@ -5,10 +5,12 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <iterator>
 
 #include "memory_budget.h"
 #include "pages.h"
+#include "zero_fill.h"
 
 namespace lazypin {
 
@@ -20,13 +22,19 @@ bool Pool::UnparkLocked(Entry& e) {
 }
 
 void Pool::ForgetParked(Entry& e) {
+  if (e.base == zero_block_) zero_cancel_.store(true, std::memory_order_seq_cst);
   park_filter_[ParkSlot(e.parked)].fetch_sub(1, std::memory_order_relaxed);
   counters_.parked_bytes -= e.parked;
   e.parked = 0;
   counters_.parked_now -= 1;
 }
 
+void Pool::AwaitZeroWrite(uintptr_t block) const {
+  while (zero_writing_.load(std::memory_order_seq_cst) == block) sched_yield();
+}
+
 void Pool::FreeParked(uintptr_t block) {
+  AwaitZeroWrite(block);
   reuse_.free_block(reinterpret_cast<void*>(block));
   if (reuse_.gauge != nullptr) reuse_.gauge->fetch_sub(1, std::memory_order_relaxed);
 }
@@ -37,7 +45,7 @@ void Pool::FreeBlocks(const std::vector<uintptr_t>& blocks) {
 
 void Pool::EnableReuse(ReuseHooks hooks) { reuse_ = hooks; }
 
-bool Pool::Park(uintptr_t block, size_t usable) {
+bool Pool::Park(uintptr_t block, size_t usable, bool zero_ahead) {
   if (!ReuseEnabled() || abandoned_.load(std::memory_order_relaxed) || Empty() || usable == 0) {
     return false;
   }
@@ -51,7 +59,7 @@ bool Pool::Park(uintptr_t block, size_t usable) {
   if (e.state != State::kDeferred || e.parked != 0 || e.bytes > usable) return false;
   if (counters_.parked_bytes + usable > reuse_.max_bytes) return false;
   if (auto next = std::next(it); next != entries_.end() && next->first < hi) return false;
-  if (!park_.Add(block, usable)) return false;  // full: handled as before
+  if (!park_.Add(block, usable, zero_ahead)) return false;  // full: handled as before
   e.parked = usable;
   park_filter_[ParkSlot(usable)].fetch_add(1, std::memory_order_relaxed);
   counters_.parked += 1;
@@ -61,7 +69,7 @@ bool Pool::Park(uintptr_t block, size_t usable) {
   return true;
 }
 
-uintptr_t Pool::Unpark(const FreshSizes& sizes, size_t align) {
+uintptr_t Pool::Unpark(const FreshSizes& sizes, size_t align, bool* zeroed) {
   if (abandoned_.load(std::memory_order_relaxed) || !MaybeParked(sizes)) return 0;
   // An allocation never blocks on lazypin's lock: it tries a few times,
   // yielding to the holder (who never calls the driver with it held), then
@@ -73,12 +81,49 @@ uintptr_t Pool::Unpark(const FreshSizes& sizes, size_t align) {
     lock.try_lock();
   }
   if (!lock.owns_lock()) return 0;
-  const uintptr_t block = park_.Take(sizes.usable, sizes.count, align);
+  const uintptr_t block = park_.Take(sizes.usable, sizes.count, align, zeroed);
   if (block == 0) return 0;
   ForgetParked(entries_.find(block)->second);  // a parked block's entry is deferred, based at it
   if (reuse_.gauge != nullptr) reuse_.gauge->fetch_sub(1, std::memory_order_relaxed);
   counters_.served += 1;
+  if (zeroed != nullptr && *zeroed) counters_.served_zeroed += 1;
+  lock.unlock();
+  AwaitZeroWrite(block);  // in the middle of its zeroing: one step's write at most
   return block;
+}
+
+size_t Pool::ZeroParkedStep(size_t max_bytes) {
+  if (abandoned_.load(std::memory_order_relaxed) || max_bytes == 0) return 0;
+  uintptr_t block = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (zero_block_ == 0) {
+      if (counters_.parked_now == 0) return 0;
+      size_t usable = 0;
+      zero_block_ = park_.NextToZero(&usable);
+      if (zero_block_ == 0) return 0;
+      zero_usable_ = usable;
+      zero_done_ = 0;
+      zero_cancel_.store(false, std::memory_order_seq_cst);
+    }
+    block = zero_block_;
+  }
+  const size_t n = std::min(max_bytes, zero_usable_ - zero_done_);
+  zero_writing_.store(block, std::memory_order_seq_cst);
+  const bool cancelled = zero_cancel_.load(std::memory_order_seq_cst);
+  if (!cancelled) {
+    ZeroNonTemporal(reinterpret_cast<void*>(block + zero_done_), n);
+    zero_done_ += n;
+  }
+  zero_writing_.store(0, std::memory_order_release);
+  if (cancelled || zero_done_ == zero_usable_) {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Still parked (no cancel under the lock): a block parked again at that
+    // address after a release was cancelled first, so this is the one zeroed.
+    if (!zero_cancel_.load(std::memory_order_relaxed)) park_.MarkZeroed(block, zero_usable_);
+    zero_block_ = 0;
+  }
+  return cancelled ? 0 : n;
 }
 
 int Pool::ReleaseParked(EvictReason reason, uintptr_t lo, uintptr_t hi) {

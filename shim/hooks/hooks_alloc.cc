@@ -123,8 +123,9 @@ void AnnounceAllocation(size_t bytes) {
 void* ServeParked(size_t bytes, size_t align, bool zero) {
   const ShimState* state = PublishedState();
   const MemoryGuard* guard = state != nullptr ? state->guard : nullptr;
-  void* block = guard != nullptr ? guard->Serve(bytes, align) : nullptr;
-  if (block != nullptr) {
+  bool zeroed = false;
+  void* block = guard != nullptr ? guard->Serve(bytes, align, &zeroed) : nullptr;
+  if (block != nullptr && !zeroed) {
     const GlibcChunk chunk = GlibcChunkOf(block, PageSize());
     if (zero || chunk.mmapped) memset(block, 0, chunk.usable);
   }

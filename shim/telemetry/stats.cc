@@ -343,13 +343,13 @@ std::string Stats::SummaryJson(const PoolCounters& pool, int64_t t_ns, const cha
   return fmt::format(
       R"({{"type":"summary","t_ns":{},"ended_by":"{}","apis":{{{}}},"size_classes":{{{}}},)"
       R"("pool":{{"hits":{},"misses":{},"deferred":{},"passed":{},"evictions":{{{}}},"forced_releases":{},)"
-      R"("parked":{},"served":{},"peak_bytes":{},"peak_entries":{},"pooled_bytes":{},"pooled_entries":{},"saved_ns_est":{},)"
+      R"("parked":{},"served":{},"served_zeroed":{},"peak_bytes":{},"peak_entries":{},"pooled_bytes":{},"pooled_entries":{},"saved_ns_est":{},)"
       R"("saving":{{"saved_ns":{},"spread_ns":{},"hits":{},"hits_priced":{},"deferred":{},)"
       R"("deferred_priced":{},"evictions":{},"evictions_ns":{},"price_calls":{}}},)"
       R"("autopin":{{"pins":{},"bytes":{},"register_ns":{},"failed":{},"copies":{},"copy_bytes":{},)"
       R"("hits":{},"full":{},"queried":{},"held_bytes":{}{}}}}}{}}})",
       t_ns, ended_by, apis, sizes, pool.hits, pool.misses, pool.deferred, pool.passed, evictions,
-      pool.forced_releases, pool.parked, pool.served,
+      pool.forced_releases, pool.parked, pool.served, pool.served_zeroed,
       pool.peak_bytes, pool.peak_entries, pool.pooled_bytes, pool.pooled_entries,
       saving.saved_ns, saving.saved_ns, saving.spread_ns, saving.hits, saving.hits_priced,
       saving.deferred, saving.deferred_priced, saving.evictions, saving.evictions_ns,

@@ -3,11 +3,13 @@
 // pool's rules for parking (Pool::Park / Unpark), against a driver model.
 #include <malloc.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -334,6 +336,125 @@ TEST_F(ReusePoolTest, ForkChildNeverServes) {
   pool_->AbandonAfterFork();
   EXPECT_EQ(gauge_.load(), 0);
   EXPECT_EQ(pool_->Unpark(Fresh(), 0), 0u);
+}
+
+// Zeroing ahead (Pool::ZeroParkedStep) writes into the block: a real mapping
+// stands for the mmapped chunk, the block 16 bytes into it.
+class ZeroAheadTest : public ReusePoolTest {
+ protected:
+  void SetUp() override {
+    ReusePoolTest::SetUp();
+    map_bytes_ = kUsable + 16;
+    map_ = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(map_, MAP_FAILED);
+    block_ = reinterpret_cast<uintptr_t>(map_) + 16;
+    Fill(0xab);
+  }
+  void TearDown() override { munmap(map_, map_bytes_); }
+  void Fill(unsigned char c) { memset(reinterpret_cast<void*>(block_), c, kUsable); }
+  size_t CountOf(unsigned char c) const {
+    const auto* p = reinterpret_cast<const unsigned char*>(block_);
+    size_t n = 0;
+    for (size_t i = 0; i < kUsable; ++i) n += p[i] == c;
+    return n;
+  }
+  void DeferAndParkAhead() {
+    ASSERT_EQ(Reg(block_, kBytes).action, Action::kMiss);
+    ASSERT_EQ(Unreg(block_).action, Action::kDeferred);
+    ASSERT_TRUE(pool_->Park(block_, kUsable, /*zero_ahead=*/true));
+  }
+  size_t ZeroAll() {
+    size_t steps = 0;
+    while (pool_->ZeroParkedStep(kStep) != 0) ++steps;
+    return steps;
+  }
+  static constexpr size_t kStep = 256 << 10;
+  void* map_ = nullptr;
+  size_t map_bytes_ = 0;
+  uintptr_t block_ = 0;
+};
+
+TEST_F(ZeroAheadTest, ServedBlockWasZeroedInSteps) {
+  DeferAndParkAhead();
+  EXPECT_EQ(ZeroAll(), (kUsable + kStep - 1) / kStep) << "one step per 256 KiB, then nothing";
+  EXPECT_EQ(CountOf(0), kUsable);
+  bool zeroed = false;
+  EXPECT_EQ(pool_->Unpark(Fresh(), 0, &zeroed), block_);
+  EXPECT_TRUE(zeroed);
+  EXPECT_EQ(Reg(block_, kBytes).action, Action::kHit) << "zeroing keeps the registration";
+}
+
+TEST_F(ZeroAheadTest, OnlyBlocksParkedToBeZeroed) {
+  ASSERT_EQ(Reg(block_, kBytes).action, Action::kMiss);
+  ASSERT_EQ(Unreg(block_).action, Action::kDeferred);
+  ASSERT_TRUE(pool_->Park(block_, kUsable));  // a heap chunk: served as it is, unless calloc's
+  EXPECT_EQ(pool_->ZeroParkedStep(kStep), 0u);
+  bool zeroed = true;
+  EXPECT_EQ(pool_->Unpark(Fresh(), 0, &zeroed), block_);
+  EXPECT_FALSE(zeroed);
+  EXPECT_EQ(CountOf(0xab), kUsable) << "untouched";
+}
+
+TEST_F(ZeroAheadTest, BlockServedMidwayIsNotWrittenAgainNorSaidZeroed) {
+  DeferAndParkAhead();
+  ASSERT_EQ(pool_->ZeroParkedStep(kStep), kStep);
+  bool zeroed = true;
+  ASSERT_EQ(pool_->Unpark(Fresh(), 0, &zeroed), block_) << "served, not held back for its zeroing";
+  EXPECT_FALSE(zeroed) << "the caller zeroes it";
+  Fill(0xcd);  // the program's bytes
+  EXPECT_EQ(pool_->ZeroParkedStep(kStep), 0u);
+  EXPECT_EQ(CountOf(0xcd), kUsable) << "no write after it left the park";
+}
+
+TEST_F(ZeroAheadTest, ReleasedMidwayThenParkedAgainIsZeroedFromTheStart) {
+  DeferAndParkAhead();
+  ASSERT_EQ(pool_->ZeroParkedStep(kStep), kStep);
+  driver_.log.clear();
+  ASSERT_EQ(pool_->ReleaseParked(EvictReason::kMakeRoom), 1);
+  EXPECT_EQ(driver_.log, (std::vector<std::string>{absl::StrFormat("unregister 0x%x", block_),
+                                                   absl::StrFormat("free 0x%x", block_)}));
+  // The allocator gives the same block to the program again, which writes,
+  // registers, unregisters and frees it.
+  Fill(0xcd);
+  DeferAndParkAhead();
+  EXPECT_EQ(pool_->ZeroParkedStep(kStep), 0u) << "the cancelled round ends without a write";
+  EXPECT_EQ(CountOf(0xcd), kUsable);
+  EXPECT_EQ(ZeroAll(), (kUsable + kStep - 1) / kStep);
+  bool zeroed = false;
+  EXPECT_EQ(pool_->Unpark(Fresh(), 0, &zeroed), block_);
+  EXPECT_TRUE(zeroed);
+  EXPECT_EQ(CountOf(0), kUsable);
+}
+
+// A release racing the zeroing thread: the free never comes while a step
+// writes into the block (the free hook here checks the bytes it is handed
+// are not written after, by writing them itself and reading them back).
+TEST_F(ZeroAheadTest, FreeNeverOverlapsAWrite) {
+  static std::atomic<int> overwritten{0};
+  static uintptr_t block = 0;
+  static size_t usable = 0;
+  block = block_;
+  usable = kUsable;
+  pool_->EnableReuse(ReuseHooks{+[](void* b) {
+                                  auto* p = static_cast<unsigned char*>(b);
+                                  memset(p, 0xee, usable);
+                                  for (int spin = 0; spin < 2000; ++spin) asm volatile("" ::: "memory");
+                                  for (size_t i = 0; i < usable; i += 4096) overwritten += p[i] != 0xee;
+                                },
+                                &gauge_});
+  std::atomic<bool> stop{false};
+  std::thread zeroing([&] {
+    while (!stop.load()) pool_->ZeroParkedStep(kStep);
+  });
+  for (int round = 0; round < 1000; ++round) {
+    DeferAndParkAhead();
+    for (int spin = 0; spin < (round % 100) * 50; ++spin) asm volatile("" ::: "memory");
+    ASSERT_EQ(pool_->ReleaseParked(EvictReason::kMakeRoom), 1);
+  }
+  stop = true;
+  zeroing.join();
+  EXPECT_EQ(overwritten.load(), 0);
+  (void)block;
 }
 
 }  // namespace
