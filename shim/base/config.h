@@ -65,7 +65,7 @@ enum class OptionKind { kValue, kSwitch };
 // its default, what it accepts and what it does. The parser, its messages,
 // the log header's "config" object, the README's table and `lazypin run`'s
 // flags and help (OptionsJson, through the lazypin-options tool) come from
-// here (tests/unit/config_test.cc checks the README, tests/report the runner).
+// here (tests/unit/base/config_test.cc checks the README, tests/report the runner).
 struct Option {
   const char* name;      // LAZYPIN_MODE
   const char* key;       // its key in the log header's "config" object

@@ -2,7 +2,7 @@
 // (x86_64/aarch64 LP64 layout: 8-byte size fields, 16-byte alignment) can
 // have for a request, so that a parked block is handed only to a request
 // whose own fresh block could have looked exactly like it. Pure arithmetic;
-// tests/unit/reuse_test.cc checks it against the glibc it runs on.
+// tests/unit/core/reuse_test.cc checks it against the glibc it runs on.
 #pragma once
 
 #include <cstddef>

@@ -3,7 +3,7 @@
 // asks for exactly the same thing (cudaHostAlloc, cudaMallocHost,
 // cuMemHostAlloc, cuMemAllocHost). Policy only: the driver is reached through
 // HostAllocDriver (lazypin's own frees) and the program's `forward` callables,
-// so tests drive it with a fake and no CUDA (tests/unit/host_alloc_cache_test.cc).
+// so tests drive it with a fake and no CUDA (tests/unit/core/host_alloc_cache_test.cc).
 //
 // Invariants (docs/design.md, "The host-allocation cache"):
 //  - The driver's host allocations are the program's live blocks plus the
