@@ -133,12 +133,15 @@ def call_sites(logs, depth=4):
             return ((("python " + python,) if python else ())
                     + tuple(n for _, n in named[:depth])) or ("(lazypin and CUDA frames only)",)
 
+        def entry(s):
+            return sites.setdefault(s, {"frames": list(s), "calls": 0, "hits": 0, "real": 0,
+                                        "evictions": 0, "time_ns": 0, "bare_ns": 0})
+
         for key, g in log.groups.items():
             s = site(key[7])
             if s is None:
                 continue
-            e = sites.setdefault(s, {"frames": list(s), "calls": 0, "hits": 0, "real": 0,
-                                     "evictions": 0, "time_ns": 0, "bare_ns": 0})
+            e = entry(s)
             e["calls"] += g.n
             e["time_ns"] += g.total
             e["bare_ns"] += g.total + group_saving(key, g, prices)
@@ -150,8 +153,7 @@ def call_sites(logs, depth=4):
             s = site(key[3])
             if s is None:
                 continue
-            e = sites.setdefault(s, {"frames": list(s), "calls": 0, "hits": 0, "real": 0,
-                                     "evictions": 0, "time_ns": 0, "bare_ns": 0})
+            e = entry(s)
             e["evictions"] += g.n
             e["time_ns"] += g.total
     out = list(sites.values())
