@@ -25,6 +25,11 @@ struct ShimState {
 // before its shadow memory exists (see shim/CMakeLists.txt).
 extern const ShimState* g_state;
 inline const ShimState* PublishedState() { return __atomic_load_n(&g_state, __ATOMIC_ACQUIRE); }
+// The published state's memory guard: non-null only while deferring.
+inline const MemoryGuard* PublishedGuard() {
+  const ShimState* state = PublishedState();
+  return state != nullptr ? state->guard : nullptr;
+}
 
 // The published state, switched first to pass-through in a copy of the
 // process that fork's handlers did not reach (a raw clone's child: see

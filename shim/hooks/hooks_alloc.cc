@@ -72,18 +72,17 @@ Fn RealOrNull(real::Lazy<Fn>& lazy, const char* name) {
 // Every free of the program's done and every parked block released (the
 // collector unregisters and frees it) before the call returns; errno as it was.
 void ReleaseParked() {
-  const ShimState* state = PublishedState();
-  if (state == nullptr || state->guard == nullptr) return;
+  const MemoryGuard* guard = PublishedGuard();
+  if (guard == nullptr) return;
   const int saved_errno = errno;
-  state->guard->ReleaseParked();
+  guard->ReleaseParked();
   errno = saved_errno;
 }
 }  // namespace
 
 bool RetryAfterRelease(int saved_errno, size_t bytes) {
   if (!AnyParked() || bytes >= (~size_t{0} >> 2)) return false;  // no release makes that fit
-  const ShimState* state = PublishedState();
-  const MemoryGuard* guard = state != nullptr ? state->guard : nullptr;
+  const MemoryGuard* guard = PublishedGuard();
   if (guard == nullptr || !guard->ReleaseKept()) return false;
   errno = saved_errno;
   return true;
@@ -116,13 +115,11 @@ size_t BootstrapSize(const void* ptr) {
 }
 
 void AnnounceAllocation(size_t bytes) {
-  const ShimState* state = PublishedState();
-  if (const MemoryGuard* guard = state != nullptr ? state->guard : nullptr) guard->MakeRoomFor(bytes);
+  if (const MemoryGuard* guard = PublishedGuard()) guard->MakeRoomFor(bytes);
 }
 
 void* ServeParked(size_t bytes, size_t align, bool zero) {
-  const ShimState* state = PublishedState();
-  const MemoryGuard* guard = state != nullptr ? state->guard : nullptr;
+  const MemoryGuard* guard = PublishedGuard();
   bool zeroed = false;
   void* block = guard != nullptr ? guard->Serve(bytes, align, &zeroed) : nullptr;
   if (block != nullptr && !zeroed) {
@@ -358,9 +355,8 @@ LAZYPIN_EXPORT struct mallinfo2 mallinfo2() {
   Mallinfo2Fn real = real_mallinfo2.Get(&real::Next, "mallinfo2");
   struct mallinfo2 info = real != nullptr ? real() : (struct mallinfo2){};
   if (Parked()) {
-    const ShimState* state = PublishedState();
-    if (state != nullptr && state->guard != nullptr) {
-      state->guard->HideParked(&info.uordblks, &info.fordblks, &info.hblks, &info.hblkhd);
+    if (const MemoryGuard* guard = PublishedGuard()) {
+      guard->HideParked(&info.uordblks, &info.fordblks, &info.hblks, &info.hblkhd);
     }
   }
   return info;

@@ -84,8 +84,7 @@ uintptr_t Addr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 
 // The guard if something is pooled; else null (the fast path).
 inline const MemoryGuard* Guard() {
-  const ShimState* state = PublishedState();
-  const MemoryGuard* guard = state != nullptr ? state->guard : nullptr;
+  const MemoryGuard* guard = PublishedGuard();
   return guard != nullptr && guard->Holding() ? guard : nullptr;
 }
 
