@@ -140,7 +140,7 @@ bool MemoryGuard::TakeFree(void* block) const {
       // An mmapped chunk is served zeroed (a fresh one is new pages): the
       // collector, woken for it, zeroes it while it is parked
       // (Pool::ZeroParkedStep).
-      const bool zero_ahead = GlibcChunkOf(block, PageSize()).mmapped;
+      const bool zero_ahead = zero_ahead_ && GlibcChunkOf(block, PageSize()).mmapped;
       if (Parkable(block) && pool_->Park(lo, bytes, zero_ahead)) {
         if (zero_ahead && collector_ != nullptr) collector_->Nudge();
         return true;

@@ -39,11 +39,15 @@ class MemoryGuard {
   // `glibc`: the process's malloc family is glibc's (AllocatorReuseCheck), so
   // a freed block's header is read as glibc's free reads it (GlibcChunkOf).
   // `budget` (may be null): kept memory yields to allocations (MakeRoomFor).
+  // `zero_ahead`: a parked mmapped chunk is zeroed by the collector before an
+  // allocation takes it (Pool::ZeroParkedStep); only where a deferred
+  // unregister waited for the work in flight (LAZYPIN_UNREGISTER_WAIT=1), so
+  // that no copy the program left running reads the zeros.
   MemoryGuard(Pool* pool, Collector* collector, ProcessCheck left_process = nullptr,
               HostAllocCache* host_cache = nullptr, bool reuse = false, bool glibc = false,
-              MemoryBudget* budget = nullptr)
+              MemoryBudget* budget = nullptr, bool zero_ahead = false)
       : pool_(pool), collector_(collector), left_process_(left_process), host_cache_(host_cache),
-        reuse_(reuse), glibc_(glibc || reuse), budget_(budget) {}
+        reuse_(reuse), glibc_(glibc || reuse), zero_ahead_(zero_ahead), budget_(budget) {}
 
   // Cheap and lock-free: false means the pool holds no entry (in use or
   // deferred) and the host-allocation cache keeps no block, and every call
@@ -136,6 +140,7 @@ class MemoryGuard {
   HostAllocCache* const host_cache_;
   const bool reuse_;
   const bool glibc_;
+  const bool zero_ahead_;
   MemoryBudget* const budget_;
 };
 

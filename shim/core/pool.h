@@ -447,6 +447,8 @@ class Pool {
   void FreeParked(uintptr_t block);
   // Until no zeroing step writes into `block` (after it left the park).
   void AwaitZeroWrite(uintptr_t block) const;
+  // One step of ZeroParkedStep; `*cancelled`: its block had left the park.
+  size_t ZeroParkedStepOnce(size_t max_bytes, bool* cancelled);
   void FreeBlocks(const std::vector<uintptr_t>& blocks);
   static size_t ParkSlot(size_t usable) { return (usable >> 4) % kParkSlots; }
   // Auto-pinned ranges that queries or overlapping copies released, most recent first (see AutoPin).

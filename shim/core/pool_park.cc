@@ -4,6 +4,7 @@
 #include "pool.h"
 
 #include <sched.h>
+#include <time.h>
 
 #include <algorithm>
 #include <iterator>
@@ -30,7 +31,16 @@ void Pool::ForgetParked(Entry& e) {
 }
 
 void Pool::AwaitZeroWrite(uintptr_t block) const {
-  while (zero_writing_.load(std::memory_order_seq_cst) == block) sched_yield();
+  // A step's write is about 15 us; a caller that outranks the collector on
+  // its CPU (a real-time thread) is not helped by yielding: it sleeps.
+  for (int spins = 0; zero_writing_.load(std::memory_order_seq_cst) == block; ++spins) {
+    if (spins < 64) {
+      sched_yield();
+    } else {
+      struct timespec pause = {0, 50000};
+      nanosleep(&pause, nullptr);
+    }
+  }
 }
 
 void Pool::FreeParked(uintptr_t block) {
@@ -93,6 +103,17 @@ uintptr_t Pool::Unpark(const FreshSizes& sizes, size_t align, bool* zeroed) {
 }
 
 size_t Pool::ZeroParkedStep(size_t max_bytes) {
+  // A block that left the park ends its round without a write; the next one
+  // parked is stepped at once.
+  for (int round = 0; round < 2; ++round) {
+    bool cancelled = false;
+    const size_t wrote = ZeroParkedStepOnce(max_bytes, &cancelled);
+    if (!cancelled) return wrote;
+  }
+  return 0;
+}
+
+size_t Pool::ZeroParkedStepOnce(size_t max_bytes, bool* was_cancelled) {
   if (abandoned_.load(std::memory_order_relaxed) || max_bytes == 0) return 0;
   uintptr_t block = 0;
   {
@@ -123,6 +144,7 @@ size_t Pool::ZeroParkedStep(size_t max_bytes) {
     if (!zero_cancel_.load(std::memory_order_relaxed)) park_.MarkZeroed(block, zero_usable_);
     zero_block_ = 0;
   }
+  *was_cancelled = cancelled;
   return cancelled ? 0 : n;
 }
 

@@ -117,7 +117,7 @@ void Shim::Init() {
     budget_->SetWaker([](void* c) { static_cast<Collector*>(c)->Nudge(); }, collector_.get());
     guard_ = std::make_unique<MemoryGuard>(pool_.get(), collector_.get(), &LeftSetUpProcess,
                                            host_cache_.get(), reuse, glibc_allocator_,
-                                           budget_.get());
+                                           budget_.get(), config_.unregister_wait);
   }
   dispatch_ = std::make_unique<Dispatch>(env_.get(), pool_.get(), config_.unregister_wait,
                                          host_cache_.get());

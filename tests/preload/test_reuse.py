@@ -113,6 +113,16 @@ class ReuseTest(AppTestCase):
         self.assertEqual(pool["served"], 3, pool)
         self.assertEqual(pool["served_zeroed"], 3, pool)
 
+    def test_no_zeroing_ahead_where_unregisters_do_not_wait(self):
+        # LAZYPIN_UNREGISTER_WAIT=0: a copy the program left running may still
+        # read a block it freed; lazypin writes nothing into it until served.
+        run = self.same([REUSE, "--mode", "zeroed", "--iters", "3", "--pause-ms", "300"],
+                        LAZYPIN_UNREGISTER_WAIT="0")
+        self.assertIn("zeroed size=4M iters=3 zero=yes bytes=ok", run.out)
+        pool = self.summary(run)
+        self.assertEqual(pool["served"], 2, pool)
+        self.assertEqual(pool["served_zeroed"], 0, pool)
+
     def test_mmapped_block_served_before_its_zeroing_reads_zeros(self):
         run = self.same([REUSE, "--mode", "zeroed", "--iters", "6", "--sizes", "4M,48M"])
         self.assertIn("zeroed size=4M iters=6 zero=yes bytes=ok", run.out)
