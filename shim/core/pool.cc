@@ -125,7 +125,6 @@ void Pool::TakeVictim(Entry& e, EvictReason reason, std::vector<Victim>* victims
 }
 
 Pool::Victim Pool::TakeVictim(Entry& e, EvictReason reason) {
-  if (e.auto_pinned && reason == EvictReason::kQuery) NoteQueried(e.base, e.bytes, 1);
   // A graph copies it: pinned again, the next launch would release it again.
   if (e.auto_pinned && reason == EvictReason::kGraph) NoteQueried(e.base, e.bytes, kAutoPinQueryLimit);
   const bool parked = UnparkLocked(e);
