@@ -35,6 +35,7 @@ class ParkIndex {
     block_[slot] = block;
     usable_[slot] = usable;
     marks_[slot] = zero_ahead ? kZeroAhead : 0;
+    to_zero_ += zero_ahead;
     int& head = head_[Bucket(usable)];
     next_[slot] = head;
     head = slot;
@@ -73,6 +74,7 @@ class ParkIndex {
   // A block to be zeroed ahead and not zeroed yet (its usable size in
   // `*usable`), 0 if none.
   uintptr_t NextToZero(size_t* usable) const {
+    if (to_zero_ == 0) return 0;
     for (int bucket = 0; bucket < kBuckets; ++bucket) {
       for (int slot = head_[bucket]; slot >= 0; slot = next_[slot]) {
         if (marks_[slot] == kZeroAhead) {
@@ -86,7 +88,10 @@ class ParkIndex {
   // The block parked at `block` with `usable` now reads as zeros to its end.
   void MarkZeroed(uintptr_t block, size_t usable) {
     for (int slot = head_[Bucket(usable)]; slot >= 0; slot = next_[slot]) {
-      if (block_[slot] == block && usable_[slot] == usable) marks_[slot] |= kZeroed;
+      if (block_[slot] == block && usable_[slot] == usable && marks_[slot] == kZeroAhead) {
+        marks_[slot] |= kZeroed;
+        --to_zero_;
+      }
     }
   }
   int size() const { return size_; }
@@ -97,6 +102,7 @@ class ParkIndex {
   static int Bucket(size_t usable) { return static_cast<int>((usable >> 4) % kBuckets); }
   void Unlink(int* link) {
     const int slot = *link;
+    to_zero_ -= marks_[slot] == kZeroAhead;
     *link = next_[slot];
     next_[slot] = free_;
     free_ = slot;
@@ -110,6 +116,7 @@ class ParkIndex {
   int head_[kBuckets];
   int free_;
   int size_ = 0;
+  int to_zero_ = 0;  // blocks marked kZeroAhead and not kZeroed
 };
 
 }  // namespace lazypin

@@ -126,6 +126,26 @@ TEST(ParkIndex, TakesBySizeThenAlignment) {
   EXPECT_TRUE(index.empty());
 }
 
+TEST(ParkIndex, NamesTheBlocksToZeroUntilZeroedOrGone) {
+  ParkIndex index;
+  size_t usable = 0;
+  index.Add(0x10010, 4198384, /*zero_ahead=*/false);
+  EXPECT_EQ(index.NextToZero(&usable), 0u) << "a heap chunk is served as it is";
+  index.Add(0x20010, 4198384, /*zero_ahead=*/true);
+  index.Add(0x30010, 8392688, /*zero_ahead=*/true);
+  const uintptr_t first = index.NextToZero(&usable);
+  ASSERT_TRUE(first == 0x20010u || first == 0x30010u);
+  index.MarkZeroed(first, usable);
+  const uintptr_t second = index.NextToZero(&usable);
+  EXPECT_EQ(second, first == 0x20010u ? 0x30010u : 0x20010u);
+  EXPECT_TRUE(index.Remove(second, usable));
+  EXPECT_EQ(index.NextToZero(&usable), 0u) << "one zeroed, one gone";
+  const size_t want[] = {4198384};
+  bool zeroed = false;
+  const uintptr_t taken = index.Take(want, 1, 0, &zeroed);
+  EXPECT_EQ(zeroed, taken == first) << "only the block marked zeroed says so";
+}
+
 TEST(ParkIndex, FullRefusesAndFreedSlotsAreReused) {
   ParkIndex index;
   for (int i = 0; i < ParkIndex::kCapacity; ++i) {
