@@ -83,36 +83,40 @@ int Dispatch::Runtime(const ProgramCall& call, absl::FunctionRef<int()> real) {
       }
     }
   }
-  Outcome outcome;
-  if (fast) {
-    outcome = *fast;
-  } else {
-    int result;
-    {
-      ScopedRuntimeFrame open(&frame);
-      result = real();
-    }
-    outcome = frame.outcome;
-    outcome.result = result;  // cudart's answer, whatever the driver said
-  }
+  const Outcome outcome = fast ? *fast : ThroughRuntime(frame, real);
   Record(call, outcome, t0);
+  return outcome.result;
+}
+
+Outcome Dispatch::ThroughRuntime(RuntimeFrame& frame, absl::FunctionRef<int()> real) {
+  int result;
+  {
+    ScopedRuntimeFrame open(&frame);
+    result = real();
+  }
+  Outcome outcome = frame.outcome;
+  outcome.result = result;  // cudart's answer, whatever the driver said
+  return outcome;
+}
+
+int Dispatch::IntoFrame(RuntimeFrame& frame, absl::FunctionRef<Outcome()> act) {
+  Outcome outcome;
+  {
+    ScopedRuntimeFrame none(nullptr);
+    outcome = act();
+  }
+  frame.driver_calls += 1;
+  frame.outcome.action = outcome.action;
+  frame.outcome.reason = outcome.reason;
+  frame.outcome.evicted += outcome.evicted;
   return outcome.result;
 }
 
 int Dispatch::Driver(const ProgramCall& call, absl::FunctionRef<int()> real) {
   if (RuntimeFrame* frame = t_state.runtime_frame) {
     // cudart on behalf of the runtime call above (which freed the kept host
-    // blocks under it): act, report into its frame.
-    Outcome outcome;
-    {
-      ScopedRuntimeFrame none(nullptr);  // a driver call made from inside this one is not cudart's
-      outcome = Act(call, real, frame->wait);
-    }
-    frame->driver_calls += 1;
-    frame->outcome.action = outcome.action;
-    frame->outcome.reason = outcome.reason;
-    frame->outcome.evicted += outcome.evicted;
-    return outcome.result;
+    // blocks under it).
+    return IntoFrame(*frame, [&] { return Act(call, real, frame->wait); });
   }
   env_->CallStarts(call);
   const int64_t t0 = env_->NowNs();

@@ -242,6 +242,13 @@ class Dispatch {
 
  private:
   Outcome Act(const ProgramCall& call, absl::FunctionRef<int()> real, RuntimeFrame::Wait wait);
+  // The frame protocol, both sides. ThroughRuntime: cudart's `real` runs with
+  // `frame` open on this thread; the outcome its driver calls reported, with
+  // cudart's own answer as the result. IntoFrame: a driver call cudart makes
+  // for the frame open on this thread (`act`, run with no frame open: a
+  // driver call made from inside it is not cudart's) reports into it.
+  static Outcome ThroughRuntime(RuntimeFrame& frame, absl::FunctionRef<int()> real);
+  static int IntoFrame(RuntimeFrame& frame, absl::FunctionRef<Outcome()> act);
   // The implicit wait before a deferral (see the constructor): false if the
   // unregister must be forwarded.
   bool WaitBeforeDefer(Context ctx);

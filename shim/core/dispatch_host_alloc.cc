@@ -48,31 +48,19 @@ int Dispatch::HostRuntime(const ProgramCall& call, void** out, absl::FunctionRef
   const int64_t t0 = env_->NowNs();
   RuntimeFrame frame;
   frame.api = call.api;
-  int result;
-  {
-    ScopedRuntimeFrame open(&frame);
-    result = real();
-  }
-  Outcome outcome = frame.outcome;
-  outcome.result = result;  // cudart's answer, whatever the driver said
+  const Outcome outcome = ThroughRuntime(frame, real);
   ProgramCall recorded = call;
-  if (IsHostAlloc(call.api)) recorded.ptr = result == kCudaSuccess && out != nullptr ? *out : nullptr;
+  if (IsHostAlloc(call.api)) {
+    recorded.ptr = outcome.result == kCudaSuccess && out != nullptr ? *out : nullptr;
+  }
   Record(recorded, outcome, t0);
-  return result;
+  return outcome.result;
 }
 
 int Dispatch::HostDriver(const ProgramCall& call, void** out, absl::FunctionRef<int()> real) {
   if (RuntimeFrame* frame = t_state.runtime_frame) {
-    // cudart on behalf of the runtime call above: act, report into its frame.
-    Outcome outcome;
-    {
-      ScopedRuntimeFrame none(nullptr);  // a driver call made from inside this one is not cudart's
-      outcome = HostAct(call, frame->api, out, real);
-    }
-    frame->driver_calls += 1;
-    frame->outcome.action = outcome.action;
-    frame->outcome.evicted += outcome.evicted;
-    return outcome.result;
+    // cudart on behalf of the runtime call above.
+    return IntoFrame(*frame, [&] { return HostAct(call, frame->api, out, real); });
   }
   env_->CallStarts(call);
   const int64_t t0 = env_->NowNs();
