@@ -146,7 +146,7 @@ def saving_of(log, borrowed=None):
     out["saved_ns"] = round_ns(saved)
     out["spread_ns"] = round_ns(2 * math.sqrt(variance))
     out["estimable"] = bool(out["hits_priced"] + out["deferred_priced"]
-                            or (out["hits"] + out["deferred"] == 0 and out["evictions"]))
+                            or out["hits"] + out["deferred"] == 0)
     return out
 
 
@@ -176,12 +176,16 @@ def saving_total(savings):
             out["price_table"] = sv["price_table"]
     out["borrowed_from"] = "; ".join(sources) or None
     for sv in savings:
+        if sv["hits"] + sv["deferred"] + sv["evictions"] == 0:
+            continue  # idle: saved exactly 0
         if sv["estimable"]:
             out["saved_ns"] += sv["saved_ns"]
             var += float(sv["spread_ns"]) ** 2
             out["estimable"] = True
-        elif sv["hits"] + sv["deferred"] + sv["evictions"]:
+        else:
             out["not_estimable"] += 1
+    if out["hits"] + out["deferred"] + out["evictions"] == 0:
+        out["estimable"] = True  # every process idle: saved exactly 0
     out["spread_ns"] = round_ns(math.sqrt(var))
     return out
 
@@ -189,6 +193,8 @@ def saving_total(savings):
 def saving_text(sv):
     """The saving as one line: for one process exactly the shim's exit summary
     (SavingText in shim/telemetry/stats.cc)."""
+    if sv["hits"] + sv["deferred"] + sv["evictions"] == 0:
+        return "saved nothing (no register hit the pool and no unregister was deferred)"
     if not sv["estimable"]:
         return ("saving not estimable (fewer than %d real calls of a kind in this process to price "
                 "the hits and deferrals): measure it with --compare against a bare run"
@@ -320,7 +326,7 @@ def saving_from_summary(rec):
     sv = {k: as_int(rec.get(k)) for k in SUMMARY_SAVING_KEYS}
     sv["processes"] = 1
     sv["estimable"] = bool(sv["hits_priced"] + sv["deferred_priced"]
-                           or (sv["hits"] + sv["deferred"] == 0 and sv["evictions"]))
+                           or sv["hits"] + sv["deferred"] == 0)
     return sv if sv["hits"] + sv["deferred"] + sv["evictions"] else None
 
 

@@ -210,6 +210,7 @@ std::string FormatNs(int64_t ns) {
 }
 
 std::string SavingText(const Saving& s) {
+  if (s.Idle()) return "saved nothing (no register hit the pool and no unregister was deferred)";
   if (!s.Estimable()) {
     return fmt::format(
         "saving not estimable (fewer than {} real calls of a kind in this process to price the "

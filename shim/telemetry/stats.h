@@ -77,10 +77,13 @@ struct Saving {
   uint64_t evictions = 0;
   int64_t evictions_ns = 0;
   uint64_t price_calls = 0;  // the real calls the prices rest on
-  bool Estimable() const { return hits_priced + deferred_priced > 0 || (hits + deferred == 0 && evictions > 0); }
+  // The pool did nothing: no hit, deferral or eviction, so it saved exactly 0.
+  bool Idle() const { return hits + deferred + evictions == 0; }
+  bool Estimable() const { return hits_priced + deferred_priced > 0 || hits + deferred == 0; }
 };
-// "saved 1.20 ms +/- 40.0 us (estimated ...)": the line the exit summary and
-// the report print alike.
+// "saved 1.20 ms +/- 40.0 us (estimated ...)", or "saved nothing (...)"
+// where the pool was idle: the line the exit summary and the report print
+// alike.
 std::string SavingText(const Saving& saving);
 // The report's time format (850 ns, 43.2 us, 171 us, 1.90 ms, 2.31 s).
 std::string FormatNs(int64_t ns);

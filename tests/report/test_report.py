@@ -331,6 +331,24 @@ class JsonReport(unittest.TestCase):
         self.assertEqual(pool["saving"]["spread_ns"], round(2 * (2 * 900 * 1e8 / 3) ** 0.5))
         self.assertEqual(pool["saving"]["price_calls"], 6)
 
+    def test_an_idle_pool_saved_nothing(self):
+        # a program that keeps its registrations (a caching pinned allocator):
+        # misses only, so the saving is exactly 0, said as the shim says it
+        b = LogBuilder("defer")
+        for i in range(4):
+            b.reg(0x7f0000000000 + i * (8 << 20), M4, 300 * US, "miss")
+        d = tempfile.mkdtemp(prefix="lazypin-idle-")
+        try:
+            path = b.write(os.path.join(d, "p.jsonl"))
+            sv = report_json(path)["pool"]["saving"]
+            text = report(path).stdout
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+        self.assertTrue(sv["estimable"])
+        self.assertEqual(sv["saved_ns"], 0)
+        self.assertEqual(sv["text"], "saved nothing (no register hit the pool and no unregister was deferred)")
+        self.assertIn("saved nothing", text)
+
     def test_multi(self):
         d = report_json(fx("multi"))
         self.assertEqual([p["pid"] for p in d["processes"]], [7001, 7002])

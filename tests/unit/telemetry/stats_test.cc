@@ -325,6 +325,15 @@ TEST(StatsTest, SavingNotEstimableWithoutPrices) {
   EXPECT_NE(SavingText(s.SavingEstimate()).find("not estimable"), std::string::npos);
 }
 
+TEST(StatsTest, AnIdlePoolSavedNothing) {
+  Stats s;  // a program that keeps what it registers: misses only
+  for (int i = 0; i < 4; ++i) s.RecordCall(Api::kCudaHostRegister, 4096, 0, 1000, Action::kMiss);
+  const Saving v = s.SavingEstimate();
+  EXPECT_TRUE(v.Estimable());
+  EXPECT_EQ(v.saved_ns, 0);
+  EXPECT_EQ(SavingText(v), "saved nothing (no register hit the pool and no unregister was deferred)");
+}
+
 TEST(StatsTest, FormatNsMatchesTheReport) {
   EXPECT_EQ(FormatNs(850), "850 ns");
   EXPECT_EQ(FormatNs(43210), "43.2 us");
