@@ -33,6 +33,18 @@ sigset_t AllSignals() {
   return all;
 }
 
+// glibc maps a thread an allocator arena of its own (64 MiB of address
+// space) on its first malloc or free, in lazypin's code or in the driver's.
+// Made as the thread starts, it is mapped within the program's call that
+// started the thread, never later behind its back (after the program lowered
+// RLIMIT_AS to what it saw mapped). Under a limit that leaves no room the
+// arena is not made and glibc serves the thread from another.
+void MakeAllocatorArena() {
+  void* p = malloc(1);
+  asm volatile("" : : "r"(p) : "memory");  // kept: the pair is not elided
+  free(p);
+}
+
 }  // namespace
 
 const sigset_t* IdleSignals() {
@@ -159,6 +171,7 @@ LazypinThread StartLazypinThread(std::function<void()> fn) {
   sigset_t starter;
   pthread_sigmask(SIG_SETMASK, nullptr, &starter);
   std::function<void()> body = [fn = std::move(fn), starter] {
+    MakeAllocatorArena();
     t_own_thread = true;
     t_idle_mask.mask = starter;
     t_idle_mask.set = true;
