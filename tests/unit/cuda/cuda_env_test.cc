@@ -26,38 +26,8 @@ namespace {
 
 using namespace sim_driver;  // NOLINT: the tests' own helpers
 
-class CudaEnvTest : public ::testing::Test {
+class CudaEnvTest : public SimDriverTest {
  protected:
-  virtual int Devices() const { return 1; }
-
-  void SetUp() override {
-    sim_ = LoadSim(Devices());
-    if (sim_ == nullptr) {
-      GTEST_SKIP() << "needs a process whose driver has " << Devices() << " device(s)";
-    }
-    ASSERT_EQ(sim_->cuDevicePrimaryCtxRetain(&primary_, 0), CUDA_SUCCESS);
-    ASSERT_EQ(sim_->cuCtxPushCurrent_v2(primary_), CUDA_SUCCESS);
-    pushed_ = true;
-    ASSERT_EQ(sim_->cuStreamCreate(&stream_, 0), CUDA_SUCCESS);
-  }
-
-  void TearDown() override {
-    if (sim_ == nullptr) return;
-    for (Work* w : {&work_, &other_work_}) w->Finish();
-    if (tracked_ != nullptr) Captures().Ended(reinterpret_cast<uintptr_t>(tracked_));
-    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (stream_ != nullptr && sim_->cuStreamIsCapturing(stream_, &status) == CUDA_SUCCESS &&
-        status != CU_STREAM_CAPTURE_STATUS_NONE) {
-      CUgraph graph = nullptr;
-      sim_->cuStreamEndCapture(stream_, &graph);
-      if (graph != nullptr) sim_->cuGraphDestroy(graph);
-    }
-    if (stream_ != nullptr) sim_->cuStreamDestroy_v2(stream_);
-    CUcontext popped;
-    if (pushed_) sim_->cuCtxPopCurrent_v2(&popped);
-    if (primary_ != nullptr) sim_->cuDevicePrimaryCtxRelease_v2(0);
-  }
-
   // The fixture's stream, its context on this thread and its retain of
   // device 0's primary context, undone.
   void ReleasePrimary() {
@@ -68,50 +38,7 @@ class CudaEnvTest : public ::testing::Test {
     pushed_ = false;
     ASSERT_EQ(sim_->cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
   }
-  // A capture of `s` (in the current context) as the driver and the capture
-  // hooks see it begin.
-  void BeginCapture(CUstream s, CUstreamCaptureMode mode) {
-    CUcontext ctx = nullptr;
-    ASSERT_EQ(sim_->cuCtxGetCurrent(&ctx), CUDA_SUCCESS);
-    Captures().Begin(reinterpret_cast<uintptr_t>(s), ctx, static_cast<CaptureMode>(mode),
-                     CaptureThreadId());
-    tracked_ = s;
-    ASSERT_EQ(sim_->cuStreamBeginCapture_v2(s, mode), CUDA_SUCCESS);
-  }
-  // The capture's end as the driver gives it (901: it was invalidated).
-  CUresult EndCapture(CUstream s) {
-    CUgraph graph = nullptr;
-    const CUresult result = sim_->cuStreamEndCapture(s, &graph);
-    if (graph != nullptr) sim_->cuGraphDestroy(graph);
-    Captures().Ended(reinterpret_cast<uintptr_t>(s));
-    tracked_ = nullptr;
-    return result;
-  }
-  CUstreamCaptureStatus CaptureStatus(CUstream s) {
-    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    EXPECT_EQ(sim_->cuStreamIsCapturing(s, &status), CUDA_SUCCESS);
-    return status;
-  }
-  CUstreamCaptureMode ThreadCaptureMode() {
-    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
-    sim_->cuThreadExchangeStreamCaptureMode(&mode);
-    CUstreamCaptureMode back = mode;
-    sim_->cuThreadExchangeStreamCaptureMode(&back);
-    return mode;
-  }
-  void Queue(CUstream s, Work* w, int64_t for_ns = INT64_MAX) {
-    w->until_ns = for_ns == INT64_MAX ? INT64_MAX : MonotonicNs() + for_ns;
-    ASSERT_EQ(sim_->cuLaunchHostFunc(s, &Work::Run, w), CUDA_SUCCESS);
-    w->queued = true;
-  }
 
-  const Sim* sim_ = nullptr;
-  CUcontext primary_ = nullptr;
-  bool pushed_ = false;
-  CUstream stream_ = nullptr;
-  CUstream tracked_ = nullptr;
-  Work work_;
-  Work other_work_;
   Env env_;
 };
 
@@ -331,26 +258,6 @@ TEST_F(CudaEnvTest, StreamIdleIsFalseWhileAnythingCaptures) {
 class CudaEnvTwoDevicesTest : public CudaEnvTest {
  protected:
   int Devices() const override { return 2; }
-  void SetUp() override {
-    CudaEnvTest::SetUp();
-    if (IsSkipped() || HasFatalFailure()) return;
-    ASSERT_EQ(sim_->cuDevicePrimaryCtxRetain(&primary1_, 1), CUDA_SUCCESS);
-    ASSERT_EQ(sim_->cuCtxPushCurrent_v2(primary1_), CUDA_SUCCESS);
-    const CUresult made = sim_->cuStreamCreate(&stream1_, 0);
-    CUcontext popped;
-    sim_->cuCtxPopCurrent_v2(&popped);
-    ASSERT_EQ(made, CUDA_SUCCESS);
-  }
-  void TearDown() override {
-    if (sim_ == nullptr) return;
-    other_work_.Finish();
-    if (stream1_ != nullptr) sim_->cuStreamDestroy_v2(stream1_);
-    if (primary1_ != nullptr) sim_->cuDevicePrimaryCtxRelease_v2(1);
-    CudaEnvTest::TearDown();
-  }
-
-  CUcontext primary1_ = nullptr;
-  CUstream stream1_ = nullptr;
 };
 
 TEST_F(CudaEnvTwoDevicesTest, DeviceOfAndRecordedDeviceNameTheCurrentContexts) {

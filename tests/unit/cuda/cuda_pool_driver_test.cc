@@ -18,6 +18,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -50,19 +51,11 @@ bool Accessible(const void* p, size_t bytes) {
   return n == static_cast<ssize_t>(bytes) || (n < 0 && error != EFAULT);
 }
 
-class CudaPoolDriverTest : public ::testing::Test {
+class CudaPoolDriverTest : public SimDriverTest {
  protected:
-  virtual int Devices() const { return 1; }
-
   void SetUp() override {
-    sim_ = LoadSim(Devices());
-    if (sim_ == nullptr) {
-      GTEST_SKIP() << "needs a process whose driver has " << Devices() << " device(s)";
-    }
-    ASSERT_EQ(sim_->cuDevicePrimaryCtxRetain(&primary_, 0), CUDA_SUCCESS);
-    ASSERT_EQ(sim_->cuCtxPushCurrent_v2(primary_), CUDA_SUCCESS);
-    pushed_ = true;
-    ASSERT_EQ(sim_->cuStreamCreate(&stream_, 0), CUDA_SUCCESS);
+    SimDriverTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     void* p = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     ASSERT_NE(p, MAP_FAILED);
     buffer_ = static_cast<char*>(p);
@@ -70,72 +63,20 @@ class CudaPoolDriverTest : public ::testing::Test {
   }
 
   void TearDown() override {
-    if (sim_ == nullptr) return;
-    work_.Finish();
-    if (tracked_ != nullptr) EndCapture(tracked_);
-    if (buffer_ != nullptr) {
+    if (sim_ != nullptr && buffer_ != nullptr) {
+      EndWork();
       sim_->cuMemHostUnregister(buffer_);  // 713 when no longer registered
       munmap(buffer_, kBytes);
     }
-    if (stream_ != nullptr) sim_->cuStreamDestroy_v2(stream_);
-    CUcontext popped;
-    if (pushed_) sim_->cuCtxPopCurrent_v2(&popped);
-    sim_->cuDevicePrimaryCtxRelease_v2(0);
+    SimDriverTest::TearDown();
   }
 
   uintptr_t Register() {
     EXPECT_EQ(sim_->cuMemHostRegister_v2(buffer_, kBytes, 0), CUDA_SUCCESS);
     return reinterpret_cast<uintptr_t>(buffer_);
   }
-  // A capture of `s` (in the current context) as the driver and the capture
-  // hooks see it begin.
-  void BeginCapture(CUstream s, CUstreamCaptureMode mode) {
-    CUcontext ctx = nullptr;
-    ASSERT_EQ(sim_->cuCtxGetCurrent(&ctx), CUDA_SUCCESS);
-    Captures().Begin(reinterpret_cast<uintptr_t>(s), ctx, static_cast<CaptureMode>(mode),
-                     CaptureThreadId());
-    tracked_ = s;
-    ASSERT_EQ(sim_->cuStreamBeginCapture_v2(s, mode), CUDA_SUCCESS);
-  }
-  // The capture's end as the driver gives it (901: it was invalidated).
-  CUresult EndCapture(CUstream s) {
-    CUgraph graph = nullptr;
-    const CUresult result = sim_->cuStreamEndCapture(s, &graph);
-    if (graph != nullptr) sim_->cuGraphDestroy(graph);
-    Captures().Ended(reinterpret_cast<uintptr_t>(s));
-    tracked_ = nullptr;
-    return result;
-  }
-  CUstreamCaptureStatus CaptureStatus(CUstream s) {
-    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    EXPECT_EQ(sim_->cuStreamIsCapturing(s, &status), CUDA_SUCCESS);
-    return status;
-  }
-  CUstreamCaptureMode ThreadCaptureMode() {
-    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
-    sim_->cuThreadExchangeStreamCaptureMode(&mode);
-    CUstreamCaptureMode back = mode;
-    sim_->cuThreadExchangeStreamCaptureMode(&back);
-    return mode;
-  }
-  void Queue(CUstream s, Work* w, int64_t for_ns = INT64_MAX) {
-    w->until_ns = for_ns == INT64_MAX ? INT64_MAX : MonotonicNs() + for_ns;
-    ASSERT_EQ(sim_->cuLaunchHostFunc(s, &Work::Run, w), CUDA_SUCCESS);
-    w->queued = true;
-  }
-  Context CurrentOnThisThread() {
-    CUcontext ctx = nullptr;
-    EXPECT_EQ(sim_->cuCtxGetCurrent(&ctx), CUDA_SUCCESS);
-    return ctx;
-  }
 
-  const Sim* sim_ = nullptr;
-  CUcontext primary_ = nullptr;
-  bool pushed_ = false;
-  CUstream stream_ = nullptr;
-  CUstream tracked_ = nullptr;
   char* buffer_ = nullptr;
-  Work work_;
   std::unique_ptr<PoolDriver> driver_;
 };
 
@@ -381,32 +322,11 @@ TEST_F(CudaPoolDriverTest, ClocksAreOneMonotonicClock) {
 class CudaPoolDriverTwoDevicesTest : public CudaPoolDriverTest {
  protected:
   int Devices() const override { return 2; }
-  void SetUp() override {
-    CudaPoolDriverTest::SetUp();
-    if (IsSkipped() || HasFatalFailure()) return;
-    ASSERT_EQ(sim_->cuDevicePrimaryCtxRetain(&primary1_, 1), CUDA_SUCCESS);
-    ASSERT_EQ(sim_->cuCtxPushCurrent_v2(primary1_), CUDA_SUCCESS);
-    const CUresult made = sim_->cuStreamCreate(&stream1_, 0);
-    CUcontext popped;
-    sim_->cuCtxPopCurrent_v2(&popped);
-    ASSERT_EQ(made, CUDA_SUCCESS);
-  }
-  void TearDown() override {
-    if (sim_ == nullptr) return;
-    other_work_.Finish();
-    if (stream1_ != nullptr) sim_->cuStreamDestroy_v2(stream1_);
-    if (primary1_ != nullptr) sim_->cuDevicePrimaryCtxRelease_v2(1);
-    CudaPoolDriverTest::TearDown();
-  }
   std::vector<Context> Others(Context own) {
     Context out[kMaxDevices];
     const int n = OtherDeviceContexts(own, out, kMaxDevices);
     return std::vector<Context>(out, out + n);
   }
-
-  CUcontext primary1_ = nullptr;
-  CUstream stream1_ = nullptr;
-  Work other_work_;
 };
 
 TEST_F(CudaPoolDriverTwoDevicesTest, DeviceCountIsTheDriversAndPrimaryContextsPerDevice) {
