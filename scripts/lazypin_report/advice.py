@@ -5,6 +5,7 @@ import math
 from .base import as_int
 from .fmt import fmt_bytes, fmt_ns, fmt_size_setting
 from .read import process_info
+from .bigpins import big_pin_advice
 from .savings import defer_estimate_ns
 
 
@@ -189,4 +190,6 @@ def advise(logs, procs, pool):
             "allocate the buffer once and reuse it, or use a pinned-memory allocator "
             "(cudaHostAlloc, a caching allocator such as PyTorch's pin_memory())",
             pids=pids_with("pattern"))
+
+    big_pin_advice(logs, procs, add)
     return out

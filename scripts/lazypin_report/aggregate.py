@@ -6,6 +6,7 @@ from .read import process_info
 from .savings import autopin_run_saving, pool_saving
 from .callsites import call_sites
 from .advice import advise
+from .bigpins import big_pins_summary
 
 def analyze(logs, top=10, borrowed=None):
     """`borrowed`: prices for what the logs' own calls cannot price (savings.pool_saving)."""
@@ -170,6 +171,7 @@ def analyze(logs, top=10, borrowed=None):
         "host_alloc": host,
         "devices": devices_summary(logs),
         "autopin": autopin_summary(logs),
+        "big_pins": big_pins_summary(logs, procs, top),
         "advice": advise(logs, procs, pool),
         "call_sites": call_sites(logs),
         "slowest": slowest,

@@ -54,6 +54,14 @@ HOST_APIS = frozenset(("cudaHostAlloc", "cudaMallocHost", "cudaFreeHost", "cuMem
                        "cuMemAllocHost", "cuMemAllocHost_v2", "cuMemFreeHost"))
 
 
+# A register or pinned allocation the driver made of at least this many
+# bytes is a big pin (the size from which LAZYPIN_PREFAULT faults a first
+# register in: kPrefaultMinBytes in shim/os/prefault.h); a log keeps this
+# many of them.
+BIG_PIN_BYTES = 64 << 20
+BIG_PIN_MEMORY = 256
+
+
 def host_action(api, action):
     return "host_" + action if api in HOST_APIS and not action.startswith("host_") else action
 

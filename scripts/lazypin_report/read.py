@@ -9,7 +9,7 @@ import re
 import sys
 import time
 
-from .base import Agg, FREE_REASONS, LOG_FORMAT, PROG, PTR_MEMORY, RECENT_EVICTIONS, ReportError, as_int, host_action, ptr_int, size_class
+from .base import Agg, BIG_PIN_BYTES, BIG_PIN_MEMORY, FREE_REASONS, LOG_FORMAT, PROG, PTR_MEMORY, RECENT_EVICTIONS, ReportError, as_int, host_action, ptr_int, size_class
 from .fmt import fmt_bytes, iso_start
 
 
@@ -82,6 +82,8 @@ class Log:
         self.calls = 0
         self.top = top
         self.slowest = []           # heap of (latency, -t, seq, row)
+        self.big_pins = []          # (api, bytes, latency) of the driver's registers and
+                                    # pinned allocations of BIG_PIN_BYTES or more
         self.seq = 0
         self.groups = {}            # call group key -> Agg (see call_key)
         self.egroups = {}           # (reason, error, forced, stack) -> Agg
@@ -169,6 +171,10 @@ class Log:
             if stack is not None and ptr is not None and (
                     ptr in self.site_of or len(self.site_of) < PTR_MEMORY):
                 self.site_of[ptr] = stack
+        if (not err and nbytes >= BIG_PIN_BYTES and len(self.big_pins) < BIG_PIN_MEMORY
+                and action in ("miss", "forward", "host_miss", "host_forward")
+                and (reg or action.startswith("host_"))):
+            self.big_pins.append((api, nbytes, lat))
         if self.mode == "log" and action == "forward" and not err and ptr is not None:
             self.on_log_mode_call(reg, ptr, nbytes, lat)
         if stack is None and (action == "hit" or action == "deferred") and self.site_of:

@@ -5,6 +5,7 @@ import os
 import shlex
 
 from .base import NO_DRIVER_CODES, NO_DRIVER_HINT, api_sort_key, result_name, size_class_label
+from .bigpins import render_big_pins
 from .fmt import fmt_bytes, fmt_driver, fmt_ns, fmt_pct, fmt_ratio, fmt_start, table
 
 
@@ -292,6 +293,7 @@ def render_text(doc, top=10):
         if host.get("peak_bytes") is not None:
             L.append("  peak cached %s; zeroing served blocks took %s"
                      % (fmt_bytes(host["peak_bytes"]), fmt_ns(host["zero_ns"] or 0)))
+    render_big_pins(doc.get("big_pins") or {"calls": 0}, L)
     ap = doc.get("autopin") or {}
     if ap.get("pins") or ap.get("failed"):
         L.append("")

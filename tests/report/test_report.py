@@ -262,7 +262,7 @@ class JsonReport(unittest.TestCase):
         d = report_json(fx("log_mode.jsonl"))
         self.assertEqual(d["lazypin_report"], 1)
         self.assertEqual(list(d), ["lazypin_report", "files", "processes", "totals", "apis",
-                                   "size_classes", "pool", "host_alloc", "devices", "autopin", "advice",
+                                   "size_classes", "pool", "host_alloc", "devices", "autopin", "big_pins", "advice",
                                    "call_sites", "slowest", "errors", "warnings"])
         self.assertFalse(d["host_alloc"]["active"])  # no pinned host allocation in that log
         reg = d["apis"]["cudaHostRegister"]
@@ -755,6 +755,58 @@ class InTempDir(unittest.TestCase):
 
     def tearDown(self):
         shutil.rmtree(self.d, ignore_errors=True)
+
+
+class BigPins(InTempDir):
+    """Registers and pinned allocations of 64 MiB or more the driver made:
+    their lines and rate, and the advice that names what would help."""
+
+    G = 1 << 30
+
+    def doc(self, b, name="b.jsonl"):
+        path = b.write(os.path.join(self.d, name))
+        return report_json(path), report(path).stdout
+
+    def test_lines_rates_and_shares(self):
+        b = LogBuilder("defer", config={"prefault": 16, "prefault_huge": False})
+        b.reg(0x7f0000000000, 4 * self.G, 400 * MS, "miss")        # 100 ms per GiB
+        b.reg(0x7f1000000000, M4, 300 * US, "miss")                # small: not a big pin
+        b.call("cudaHostAlloc", 0x7f2000000000, self.G, 500 * MS, "miss")
+        b.reg(0x7f0000000000, 4 * self.G, 1 * US, "hit")           # the pool's: not the driver's
+        b.wait(100 * MS)
+        d, text = self.doc(b)
+        big = d["big_pins"]
+        self.assertEqual((big["calls"], big["bytes"], big["total_ns"]), (2, 5 * self.G, 900 * MS))
+        self.assertEqual([(r["api"], r["ms_per_gib"]) for r in big["slowest"]],
+                         [("cudaHostAlloc", 500.0), ("cudaHostRegister", 100.0)])
+        run = d["processes"][0]["duration_ns"]
+        self.assertAlmostEqual(big["slowest"][0]["share_of_run"], 500 * MS / run, places=3)
+        self.assertIn("== big pins", text)
+        rules = {a["rule"]: a for a in d["advice"]}
+        # defer with small pages at 100 ms per GiB: huge pages asked for
+        self.assertEqual(rules["prefault_huge"]["setting"], {"LAZYPIN_PREFAULT_HUGE": "1"})
+        self.assertIn("1 call of 4 GiB in all took 400 ms (100 ms per GiB)", rules["prefault_huge"]["finding"])
+        # the allocation: no variable helps; the register path is named
+        self.assertIsNone(rules["host_alloc_big"]["setting"])
+        self.assertNotIn("prefault", rules)
+
+    def test_log_mode_first_registers_suggest_defer(self):
+        b = LogBuilder("log")
+        b.reg(0x7f0000000000, 16 * self.G, 5200 * MS, "forward")  # 325 ms per GiB
+        d, _ = self.doc(b)
+        rules = {a["rule"]: a for a in d["advice"]}
+        self.assertEqual(rules["prefault"]["setting"], {"LAZYPIN_MODE": "defer", "LAZYPIN_PREFAULT": "16"})
+        self.assertNotIn("prefault_huge", rules)
+
+    def test_touched_memory_and_huge_pages_get_no_advice(self):
+        # 40 ms per GiB: the driver's pin of present pages (or huge pages): nothing to gain
+        b = LogBuilder("log")
+        b.reg(0x7f0000000000, 4 * self.G, 160 * MS, "forward")
+        b2 = LogBuilder("defer", pid=4243, config={"prefault": 16, "prefault_huge": True})
+        b2.reg(0x7f0000000000, 4 * self.G, 180 * MS, "miss")
+        d = report_json(b.write(os.path.join(self.d, "a.jsonl")), b2.write(os.path.join(self.d, "c.jsonl")))
+        self.assertEqual(d["big_pins"]["calls"], 2)
+        self.assertFalse({"prefault", "prefault_huge", "host_alloc_big"} & {a["rule"] for a in d["advice"]})
 
 
 class TrueSavings(InTempDir):

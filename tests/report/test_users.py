@@ -600,6 +600,7 @@ class JsonKeys(InTempDir):
         b.recs.append({"type": "host_release", "t_ns": b.t, "tid": 1, "ptr": "0x%x" % p, "bytes": 4096,
                        "reason": "idle", "result": 0, "latency_ns": 1000})
         b.call("cudaHostAlloc", p + (64 << 20), 4096, 2000, "host_hit")
+        b.reg(p + (1 << 32), 1 << 30, 400 * 1000000, "miss", device=0)  # a big pin
         out.append([b.write(os.path.join(self.d, "dev.jsonl"))])
         a = LogBuilder("defer", config={"autopin": True})
         a.recs.append({"type": "autopin", "t_ns": 1, "tid": 1, "api": "cuMemcpyHtoD_v2", "via": "getproc",
