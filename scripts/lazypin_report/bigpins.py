@@ -3,6 +3,8 @@ more (an LLM server's KV cache, an offload trainer's pool), their rate per
 GiB and their share of each process's run, and the advice that names what
 would have made them faster."""
 
+from statistics import median
+
 from .base import BIG_PIN_BYTES, HOST_APIS, as_int
 from .fmt import fmt_bytes, fmt_ns
 
@@ -22,12 +24,6 @@ SMALL_PAGES_MS_PER_GIB = 60
 
 def ms_per_gib(latency_ns, nbytes):
     return latency_ns / 1e6 / (nbytes / GIB)
-
-
-def median(xs):
-    xs = sorted(xs)
-    n = len(xs)
-    return (xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2.0) if n else None
 
 
 def big_pins_summary(logs, procs, top=10):

@@ -172,8 +172,7 @@ class Log:
                     ptr in self.site_of or len(self.site_of) < PTR_MEMORY):
                 self.site_of[ptr] = stack
         if (not err and nbytes >= BIG_PIN_BYTES and len(self.big_pins) < BIG_PIN_MEMORY
-                and action in ("miss", "forward", "host_miss", "host_forward")
-                and (reg or action.startswith("host_"))):
+                and action in ("miss", "forward", "host_miss", "host_forward")):
             self.big_pins.append((api, nbytes, lat))
         if self.mode == "log" and action == "forward" and not err and ptr is not None:
             self.on_log_mode_call(reg, ptr, nbytes, lat)

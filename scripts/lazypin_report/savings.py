@@ -155,6 +155,12 @@ def round_ns(v):
     return int(math.floor(v + 0.5)) if v >= 0 else -int(math.floor(-v + 0.5))
 
 
+def idle(sv):
+    """The pool did nothing (no hit, deferral or eviction): it saved exactly 0
+    (the shim's Saving::Idle)."""
+    return sv["hits"] + sv["deferred"] + sv["evictions"] == 0
+
+
 def saving_total(savings):
     """Several processes' savings: the estimable ones' figures summed (spreads
     in quadrature), the others counted."""
@@ -176,16 +182,16 @@ def saving_total(savings):
             out["price_table"] = sv["price_table"]
     out["borrowed_from"] = "; ".join(sources) or None
     for sv in savings:
-        if sv["hits"] + sv["deferred"] + sv["evictions"] == 0:
-            continue  # idle: saved exactly 0
+        if idle(sv):
+            continue
         if sv["estimable"]:
             out["saved_ns"] += sv["saved_ns"]
             var += float(sv["spread_ns"]) ** 2
             out["estimable"] = True
         else:
             out["not_estimable"] += 1
-    if out["hits"] + out["deferred"] + out["evictions"] == 0:
-        out["estimable"] = True  # every process idle: saved exactly 0
+    if idle(out):
+        out["estimable"] = True
     out["spread_ns"] = round_ns(math.sqrt(var))
     return out
 
@@ -193,7 +199,7 @@ def saving_total(savings):
 def saving_text(sv):
     """The saving as one line: for one process exactly the shim's exit summary
     (SavingText in shim/telemetry/stats.cc)."""
-    if sv["hits"] + sv["deferred"] + sv["evictions"] == 0:
+    if idle(sv):
         return "saved nothing (no register hit the pool and no unregister was deferred)"
     if not sv["estimable"]:
         return ("saving not estimable (fewer than %d real calls of a kind in this process to price "
@@ -327,7 +333,7 @@ def saving_from_summary(rec):
     sv["processes"] = 1
     sv["estimable"] = bool(sv["hits_priced"] + sv["deferred_priced"]
                            or sv["hits"] + sv["deferred"] == 0)
-    return sv if sv["hits"] + sv["deferred"] + sv["evictions"] else None
+    return None if idle(sv) else sv
 
 
 def measured_saving(bare, pooled, side):
