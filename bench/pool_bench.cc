@@ -23,7 +23,6 @@
 #include <time.h>
 
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -113,7 +112,7 @@ void BM_ServeMiss(benchmark::State& state) {
   MemoryGuard guard(pool.get(), nullptr, nullptr, nullptr, /*reuse=*/true);
   size_t n = 64;
   for (auto _ : state) {
-    benchmark::DoNotOptimize(guard.Serve(n, 0, false));
+    benchmark::DoNotOptimize(guard.Serve(n, 0));
     n = n == 64 ? 4096 : 64;
   }
 }
@@ -125,17 +124,13 @@ void BM_ParkServeHitCycle(benchmark::State& state) {
   pool->EnableReuse(ReuseHooks{&NoFree, nullptr});
   MemoryGuard guard(pool.get(), nullptr, nullptr, nullptr, /*reuse=*/true);
   const size_t usable = GlibcFreshUsable(kBytes, 0, 4096).usable[0];
-  // A real heap block (Serve reads its glibc header; a heap block is not zeroed).
-  void* block = malloc(kBytes);
-  RegisterRequest req{reinterpret_cast<uintptr_t>(block), kBytes, 0, kCtx, 0};
+  RegisterRequest req{kBase, kBytes, 0, kCtx, 0};
   for (auto _ : state) {
-    pool->Park(req.ptr, usable);
-    benchmark::DoNotOptimize(guard.Serve(kBytes, 0, false));
+    pool->Park(kBase, usable);
+    benchmark::DoNotOptimize(guard.Serve(kBytes, 0));
     pool->Register(req, [] { return 0; });
     pool->Unregister(req.ptr, [] { return 0; });
   }
-  pool.reset();
-  free(block);
 }
 BENCHMARK(BM_ParkServeHitCycle);
 

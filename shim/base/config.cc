@@ -243,8 +243,8 @@ const Option kOptions[] = {
      [](std::string_view t, uint64_t, Config* c) { return Store(ParseStackMode(t), &c->stacks); },
      [](const Config& c) { return fmt::format("\"{}\"", StackModeName(c.stacks)); }},
     {"LAZYPIN_PREFAULT", "prefault", "16", "16", "a whole number from 0 to 64",
-     "defer mode: the most threads that fault in a register of 64 MiB or more before the "
-     "driver pins it, or zero a block of 4 MiB or more lazypin serves; 0 or 1: none",
+     "defer mode: the most threads that fault in a first register of 64 MiB or more before "
+     "the driver pins it; 0 or 1: none",
      [](std::string_view t, uint64_t, Config* c) {
        return Store(ParseCount(t, 64), &c->prefault_threads);
      },

@@ -39,20 +39,4 @@ inline void ZeroNonTemporal(void* p, size_t bytes) {
 #endif
 }
 
-// How lazypin zeroes a block it serves (a parked block, a kept host block),
-// so that it reads as a fresh one: through `parallel` where set (the OS
-// layer's ZeroInParallel, given from above: `threads` threads at most, the
-// caller one of them), else memset on the calling thread.
-struct ZeroFill {
-  void (*parallel)(void* p, size_t bytes, int threads) = nullptr;
-  int threads = 1;
-  void operator()(void* p, size_t bytes) const {
-    if (parallel != nullptr) {
-      parallel(p, bytes, threads);
-    } else {
-      std::memset(p, 0, bytes);
-    }
-  }
-};
-
 }  // namespace lazypin

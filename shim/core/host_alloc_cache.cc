@@ -105,13 +105,15 @@ Outcome HostAllocCache::Alloc(const HostAllocRequest& request, void** out,
     if (served != 0) {
       // A fresh block reads as zeros (the driver maps new pages): so does
       // this one, to the end of its last page where it has its pages alone.
-      const int64_t t0 = driver_->NowNs();
-      const size_t zeroed = OwnsItsPages(served, request.bytes) ? Span(request.bytes) : request.bytes;
-      limits_.zero(reinterpret_cast<void*>(served), zeroed);
-      const int64_t spent = driver_->NowNs() - t0;
-      std::lock_guard<std::mutex> lock(mu_);
-      counters_.zeroed_bytes += zeroed;
-      counters_.zero_ns += spent;
+      if (limits_.zero) {
+        const int64_t t0 = driver_->NowNs();
+        const size_t zeroed = OwnsItsPages(served, request.bytes) ? Span(request.bytes) : request.bytes;
+        memset(reinterpret_cast<void*>(served), 0, zeroed);
+        const int64_t spent = driver_->NowNs() - t0;
+        std::lock_guard<std::mutex> lock(mu_);
+        counters_.zeroed_bytes += zeroed;
+        counters_.zero_ns += spent;
+      }
       *out = reinterpret_cast<void*>(served);
       return Outcome{kCudaSuccess, Action::kHit, 0};
     }

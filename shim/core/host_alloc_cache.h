@@ -33,7 +33,6 @@
 #include "memory_budget.h"
 #include "pool.h"
 #include "types.h"
-#include "zero_fill.h"
 
 namespace lazypin {
 
@@ -67,7 +66,7 @@ class HostAllocObserver {
 struct HostAllocLimits {
   uint64_t max_bytes = 0;    // LAZYPIN_HOST_ALLOC_CACHE; 0: keep nothing
   uint64_t max_entries = 0;  // LAZYPIN_POOL_ENTRIES (blocks, counted apart from the pool's)
-  ZeroFill zero;              // zeroes a served block (a fresh one reads as zeros)
+  bool zero = true;                        // zero a served block (a fresh one reads as zeros)
   // Kept blocks yield to the program's demand (may be null): a free is kept
   // only if it says so, and kept blocks count in its gauge.
   MemoryBudget* budget = nullptr;

@@ -215,18 +215,12 @@ bool MemoryGuard::ReleaseKept() const {
   return collector_->MakeRoom(~uint64_t{0} >> 2, kMakeRoomWaitMs);  // more than can be had: all
 }
 
-void* MemoryGuard::Serve(size_t bytes, size_t align, bool zero) const {
+void* MemoryGuard::Serve(size_t bytes, size_t align, bool* zeroed) const {
   if (!reuse_ || t_state.inside > 0) return nullptr;
   const FreshSizes sizes = GlibcFreshUsable(bytes, align, PageSize(), GlibcMmapFloorNow());
   if (!pool_->MaybeParked(sizes) || LeftProcess()) return nullptr;
   ScopedInsideLazypin inside;
-  bool zeroed = false;
-  void* block = reinterpret_cast<void*>(pool_->Unpark(sizes, align, &zeroed));
-  if (block != nullptr && !zeroed) {
-    const GlibcChunk chunk = GlibcChunkOf(block, PageSize());
-    if (zero || chunk.mmapped) zero_(block, chunk.usable);
-  }
-  return block;
+  return reinterpret_cast<void*>(pool_->Unpark(sizes, align, zeroed));
 }
 
 }  // namespace lazypin

@@ -18,7 +18,6 @@
 #include "host_alloc_cache.h"
 #include "pool.h"
 #include "types.h"
-#include "zero_fill.h"
 
 namespace lazypin {
 
@@ -44,13 +43,11 @@ class MemoryGuard {
   // allocation takes it (Pool::ZeroParkedStep); only where a deferred
   // unregister waited for the work in flight (LAZYPIN_UNREGISTER_WAIT=1), so
   // that no copy the program left running reads the zeros.
-  // `zero`: how Serve zeroes a block that was not zeroed ahead.
   MemoryGuard(Pool* pool, Collector* collector, ProcessCheck left_process = nullptr,
               HostAllocCache* host_cache = nullptr, bool reuse = false, bool glibc = false,
-              MemoryBudget* budget = nullptr, bool zero_ahead = false, ZeroFill zero = {})
+              MemoryBudget* budget = nullptr, bool zero_ahead = false)
       : pool_(pool), collector_(collector), left_process_(left_process), host_cache_(host_cache),
-        reuse_(reuse), glibc_(glibc || reuse), zero_ahead_(zero_ahead), zero_(zero),
-        budget_(budget) {}
+        reuse_(reuse), glibc_(glibc || reuse), zero_ahead_(zero_ahead), budget_(budget) {}
 
   // Cheap and lock-free: false means the pool holds no entry (in use or
   // deferred) and the host-allocation cache keeps no block, and every call
@@ -94,10 +91,9 @@ class MemoryGuard {
   // its own fresh glibc block could have been (GlibcFreshUsable), or null
   // (then the caller allocates; glibc's mmap threshold: GlibcMmapFloorNow). Null on a thread inside lazypin's code and
   // in a copy of the process. Not async-signal-safe (nor is malloc).
-  // The block reads as a fresh one would: an mmapped chunk (new pages) and,
-  // with `zero` (calloc), any block reads as zeros to its usable end, zeroed
-  // here (`zero`, ZeroFill) where the collector did not zero it while it was parked.
-  void* Serve(size_t bytes, size_t align, bool zero) const;
+  // `*zeroed` (may be null): the block reads as zeros to its usable end (an
+  // mmapped chunk the collector zeroed while it was parked).
+  void* Serve(size_t bytes, size_t align, bool* zeroed = nullptr) const;
   // glibc's state is to be as the program's frees left it (mallopt of the
   // mmap threshold, malloc_stats, malloc_info): waits for the frees handed
   // to the collector, then has it release every parked block (unregister,
@@ -145,7 +141,6 @@ class MemoryGuard {
   const bool reuse_;
   const bool glibc_;
   const bool zero_ahead_;
-  const ZeroFill zero_;
   MemoryBudget* const budget_;
 };
 

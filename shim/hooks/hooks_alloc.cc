@@ -120,7 +120,13 @@ void AnnounceAllocation(size_t bytes) {
 
 void* ServeParked(size_t bytes, size_t align, bool zero) {
   const MemoryGuard* guard = PublishedGuard();
-  return guard != nullptr ? guard->Serve(bytes, align, zero) : nullptr;
+  bool zeroed = false;
+  void* block = guard != nullptr ? guard->Serve(bytes, align, &zeroed) : nullptr;
+  if (block != nullptr && !zeroed) {
+    const GlibcChunk chunk = GlibcChunkOf(block, PageSize());
+    if (zero || chunk.mmapped) memset(block, 0, chunk.usable);
+  }
+  return block;
 }
 
 namespace {

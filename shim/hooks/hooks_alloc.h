@@ -39,8 +39,8 @@ bool RetryAfterRelease(int saved_errno, size_t bytes);
 // the feature steps aside). False with the reason otherwise.
 bool AllocatorReuseCheck(std::string* why);
 
-// A parked block for an allocation (null if none): the published guard's
-// Serve. Zeroed (the whole usable size) for `zero` (calloc's, as glibc's
+// A parked block for an allocation (null if none): through the published
+// guard. Zeroed (the whole usable size) for `zero` (calloc's, as glibc's
 // calloc clears its chunk) and when it is an mmapped chunk (a fresh one is
 // new pages, which read as zeros).
 void* ServeParked(size_t bytes, size_t align, bool zero);

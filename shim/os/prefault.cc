@@ -22,7 +22,6 @@
 #include "pages.h"
 #include "seccomp.h"
 #include "thread_state.h"
-#include "zero_fill.h"
 
 namespace lazypin {
 namespace {
@@ -84,7 +83,6 @@ void WritePkru(uint32_t v) {
 }
 
 struct Work {
-  void (*body)(Work*);  // TouchSlice or ZeroSlice
   PrefaultSlice slice;
   bool huge;
   int prefer_node;
@@ -110,11 +108,6 @@ void TouchSlice(Work* w) {
   w->ok = true;
 }
 
-void ZeroSlice(Work* w) {
-  ZeroNonTemporal(reinterpret_cast<void*>(w->slice.lo), w->slice.hi - w->slice.lo);
-  w->ok = true;
-}
-
 void* Helper(void* arg) {
   auto* w = static_cast<Work*>(arg);
   ScopedInsideLazypin inside;
@@ -125,56 +118,8 @@ void* Helper(void* arg) {
     mask[w->prefer_node / 64] = 1ul << (w->prefer_node % 64);
     syscall(SYS_set_mempolicy, kMpolPreferred, mask, sizeof(mask) * 8);
   }
-  w->body(w);
+  TouchSlice(w);
   return nullptr;
-}
-
-// Runs work[0, n): work[0] on the calling thread, the others on helpers
-// (every signal blocked, 64 KiB stacks, on `cpus` where not empty, the
-// caller's protection-key rights); a helper that cannot be started leaves
-// its slice to the caller. Returns the threads that did slices.
-int RunSlices(Work* work, int n, const std::vector<int>& cpus) {
-  const bool pkeys = HavePkeys();
-  const uint32_t pkru = pkeys ? ReadPkru() : 0;
-  for (int i = 0; i < n; ++i) {
-    work[i].set_pkru = pkeys;
-    work[i].pkru = pkru;
-    work[i].ok = false;
-  }
-  pthread_t helpers[kPrefaultMaxThreads];
-  bool started[kPrefaultMaxThreads] = {};
-  pthread_attr_t attr;
-  const bool have_attr = pthread_attr_init(&attr) == 0;
-  if (have_attr) {
-    // A small stack (a helper only writes memory): glibc keeps the stacks of
-    // joined threads mapped for reuse, address space the program's RLIMIT_AS counts.
-    pthread_attr_setstacksize(&attr, size_t{64} << 10);
-    if (!cpus.empty()) {
-      cpu_set_t set;
-      CPU_ZERO(&set);
-      for (int c : cpus) CPU_SET(c, &set);
-      pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
-    }
-  }
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &old);
-  for (int i = 1; i < n; ++i) {
-    started[i] = pthread_create(&helpers[i], have_attr ? &attr : nullptr, &Helper, &work[i]) == 0;
-  }
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  if (have_attr) pthread_attr_destroy(&attr);
-  work[0].body(&work[0]);
-  int threads = 1;
-  for (int i = 1; i < n; ++i) {
-    if (started[i]) {
-      pthread_join(helpers[i], nullptr);
-      threads += 1;
-    } else {
-      work[i].body(&work[i]);
-    }
-  }
-  return threads;
 }
 
 // The caller's NUMA node when its memory policy is the default (first touch), else -1.
@@ -286,8 +231,7 @@ ThpMode ReadThpMode() {
   return mode;
 }
 
-PrefaultPlan PlanPrefault(uintptr_t lo, uintptr_t hi, int max_threads, const PrefaultMachine& m,
-                          size_t min_slice) {
+PrefaultPlan PlanPrefault(uintptr_t lo, uintptr_t hi, int max_threads, const PrefaultMachine& m) {
   PrefaultPlan plan;
   if (max_threads < 1 || lo >= hi || m.cpus.empty()) return plan;
   // Several nodes: the helpers stay on the caller's node where it has two
@@ -310,7 +254,7 @@ PrefaultPlan PlanPrefault(uintptr_t lo, uintptr_t hi, int max_threads, const Pre
   const uintptr_t bytes = hi - lo;
   size_t threads = std::min<size_t>({static_cast<size_t>(max_threads), usable,
                                      static_cast<size_t>(kPrefaultMaxThreads),
-                                     std::max<size_t>(1, bytes / min_slice)});
+                                     std::max<size_t>(1, bytes / kPrefaultMinSlice)});
   const uintptr_t per = bytes / threads;
   for (uintptr_t at = lo; at < hi && plan.slices.size() < threads;) {
     uintptr_t end = plan.slices.size() == threads - 1 ? hi : HugeCeil(at + per);
@@ -421,26 +365,47 @@ PrefaultResult PrefaultRange(uintptr_t lo, uintptr_t hi, const PrefaultOptions& 
   const int n = static_cast<int>(plan.slices.size());
   if (n == 0) return result;
   Work work[kPrefaultMaxThreads];
-  for (int i = 0; i < n; ++i) work[i] = Work{&TouchSlice, plan.slices[i], huge, plan.prefer_node, false, 0, false};
-  result.threads = RunSlices(work, n, plan.helper_cpus);
+  const bool pkeys = HavePkeys();
+  const uint32_t pkru = pkeys ? ReadPkru() : 0;
+  for (int i = 0; i < n; ++i) work[i] = Work{plan.slices[i], huge, plan.prefer_node, pkeys, pkru, false};
+  // Helpers run with every signal blocked (the program's handlers are not
+  // theirs); a helper that cannot be started leaves its slice to the caller.
+  pthread_t helpers[kPrefaultMaxThreads];
+  bool started[kPrefaultMaxThreads] = {};
+  pthread_attr_t attr;
+  const bool have_attr = pthread_attr_init(&attr) == 0;
+  if (have_attr) {
+    // A small stack (a helper only touches pages): glibc keeps the stacks of
+    // joined threads mapped for reuse, address space the program's RLIMIT_AS counts.
+    pthread_attr_setstacksize(&attr, size_t{64} << 10);
+    if (!plan.helper_cpus.empty()) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      for (int c : plan.helper_cpus) CPU_SET(c, &set);
+      pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
+    }
+  }
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  for (int i = 1; i < n; ++i) {
+    started[i] = pthread_create(&helpers[i], have_attr ? &attr : nullptr, &Helper, &work[i]) == 0;
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (have_attr) pthread_attr_destroy(&attr);
+  TouchSlice(&work[0]);
+  result.threads = 1;
+  for (int i = 1; i < n; ++i) {
+    if (started[i]) {
+      pthread_join(helpers[i], nullptr);
+      result.threads += 1;
+    } else {
+      TouchSlice(&work[i]);
+    }
+  }
   for (int i = 0; i < n; ++i) result.slices_ok += work[i].ok ? 1 : 0;
   result.touched = true;
   return result;
-}
-
-void ZeroInParallel(void* p, size_t bytes, int threads) {
-  const auto lo = reinterpret_cast<uintptr_t>(p);
-  if (threads <= 1 || bytes < kZeroMinBytes || SeccompFiltered()) {
-    memset(p, 0, bytes);
-    return;
-  }
-  const PrefaultPlan plan = PlanPrefault(lo, lo + bytes, threads, ReadPrefaultMachine(), kZeroMinSlice);
-  const int n = static_cast<int>(plan.slices.size());
-  Work work[kPrefaultMaxThreads];
-  // The pages are there (pinned): no policy to set, no fault to take.
-  for (int i = 0; i < n; ++i) work[i] = Work{&ZeroSlice, plan.slices[i], false, -1, false, 0, false};
-  ScopedInsideLazypin inside;  // pthread_create's own allocations pass straight through
-  RunSlices(work, n, plan.helper_cpus);
 }
 
 }  // namespace lazypin

@@ -58,10 +58,6 @@ namespace lazypin {
 constexpr size_t kPrefaultMinBytes = size_t{64} << 20;
 // A helper's slice is at least this big (thread start-up against its work).
 constexpr size_t kPrefaultMinSlice = size_t{16} << 20;
-// ZeroInParallel: blocks smaller than this are zeroed by the caller alone;
-// a helper's slice is at least kZeroMinSlice.
-constexpr size_t kZeroMinBytes = size_t{4} << 20;
-constexpr size_t kZeroMinSlice = size_t{1} << 20;
 // The most threads one prefault uses (LAZYPIN_PREFAULT's bound).
 constexpr int kPrefaultMaxThreads = 64;
 constexpr uintptr_t kHugeBytes = uintptr_t{2} << 20;
@@ -90,10 +86,8 @@ struct PrefaultPlan {
   int prefer_node = -1;          // MPOL_PREFERRED for the helpers, -1: their inherited policy
 };
 
-// The plan for [lo, hi) (page-aligned) with at most `max_threads` threads,
-// each slice at least `min_slice` bytes.
-PrefaultPlan PlanPrefault(uintptr_t lo, uintptr_t hi, int max_threads, const PrefaultMachine& m,
-                          size_t min_slice = kPrefaultMinSlice);
+// The plan for [lo, hi) (page-aligned) with at most `max_threads` threads.
+PrefaultPlan PlanPrefault(uintptr_t lo, uintptr_t hi, int max_threads, const PrefaultMachine& m);
 
 // The calling thread's machine: its affinity mask, the nodes of those CPUs
 // (/sys/devices/system/node, read once), its node where its policy is the default.
@@ -125,14 +119,6 @@ inline int PrefaultRange(uintptr_t lo, uintptr_t hi, int threads) {
 // faulted in first with `threads` threads (LAZYPIN_PREFAULT): large enough,
 // writable, every page private anonymous and mapped readable and writable.
 bool ShouldPrefault(uintptr_t lo, uintptr_t hi, unsigned flags, int threads);
-
-// Zeroes [p, p + bytes), memory the caller may write whose pages are all
-// there (a block lazypin serves: pinned), as PrefaultRange spreads its
-// faults: at most `threads` threads, the caller one of them, one slice of at
-// least kZeroMinSlice each, with non-temporal stores. Below kZeroMinBytes,
-// with `threads` 1 or less, or under a seccomp filter: memset on the calling
-// thread. Never fails.
-void ZeroInParallel(void* p, size_t bytes, int threads);
 
 // Whether the kernel enabled memory protection keys on this CPU (OSPKE).
 bool CpuHasProtectionKeys();

@@ -14,7 +14,6 @@
 #include "memory_limit.h"
 #include "option_limits.h"
 #include "pfn.h"
-#include "prefault.h"
 #include "records.h"
 #include "seccomp.h"
 #include "shim.h"
@@ -89,12 +88,9 @@ void Shim::Init() {
         /*open_files=*/config_.host_alloc_bytes > 0 || config_.reuse_freed != 0);
     budget_ = std::make_unique<MemoryBudget>(&MemoryProbe::HeadroomOf, probe_.get(),
                                              config_.keep_margin, &g_alloc_gauge);
-    // A block lazypin serves is zeroed by as many threads as a prefault may use.
-    const ZeroFill zero_fill{&ZeroInParallel, config_.prefault_threads};
     if (config_.host_alloc_bytes > 0) {
       HostAllocLimits host_limits = HostAllocLimitsFrom(config_);
       host_limits.budget = budget_.get();
-      host_limits.zero = zero_fill;
       host_driver_ = MakeCudaHostAllocDriver();
       host_cache_ = std::make_unique<HostAllocCache>(host_driver_.get(), recorder_.get(),
                                                      host_limits);
@@ -121,8 +117,7 @@ void Shim::Init() {
     budget_->SetWaker([](void* c) { static_cast<Collector*>(c)->Nudge(); }, collector_.get());
     guard_ = std::make_unique<MemoryGuard>(pool_.get(), collector_.get(), &LeftSetUpProcess,
                                            host_cache_.get(), reuse, glibc_allocator_,
-                                           budget_.get(), config_.unregister_wait,
-                                           zero_fill);
+                                           budget_.get(), config_.unregister_wait);
   }
   dispatch_ = std::make_unique<Dispatch>(env_.get(), pool_.get(), config_.unregister_wait,
                                          host_cache_.get());

@@ -121,16 +121,6 @@ class HostAllocTest(AppTestCase):
             self.assertEqual(summary["host_alloc"]["misses"], 2)
             self.assertEqual(summary["host_alloc"]["zeroed_bytes"], 12 * 5 << 20)
 
-    def test_served_blocks_read_as_zeros_at_every_size(self):
-        # 80M: zeroed on serve by several threads (ZeroInParallel).
-        run = self.hostalloc("--path", "runtime", "--bench", "--sizes", "4M,80M", "--cycles", "4",
-                             LAZYPIN_MODE="defer")
-        self.assertEqual(run.rc, 0, run.err)
-        cycles = [l for l in run.out.splitlines() if "op=cycle" in l]
-        self.assertEqual(len(cycles), 2, run.out)
-        self.assertTrue(all("zero=yes" in l for l in cycles), cycles)
-        self.assertEqual(run.records[-1]["host_alloc"]["hits"], 2 * 4)
-
     def test_off_and_log_mode_forward_everything(self):
         for extra in ({"LAZYPIN_MODE": "defer", "LAZYPIN_HOST_ALLOC_CACHE": "0"},
                       {"LAZYPIN_MODE": "log"}):

@@ -311,7 +311,7 @@ TEST_F(HostAllocCacheTest, AbandonedAfterForkNeverServesNorFrees) {
 
 class BoundedCacheTest : public HostAllocCacheTest {
  protected:
-  BoundedCacheTest() : HostAllocCacheTest(HostAllocLimits{3 * 4096, 2, ZeroFill{}}) {}
+  BoundedCacheTest() : HostAllocCacheTest(HostAllocLimits{3 * 4096, 2, true}) {}
 };
 
 TEST_F(BoundedCacheTest, OldestGoFirstAndTooBigIsForwarded) {

@@ -55,47 +55,6 @@ TEST(PrefaultTest, FaultsEveryPageInAndKeepsTheContents) {
   munmap(p, bytes);
 }
 
-// Zeroes [p + 16, p + 16 + n) of a mapping filled with 0xab with `threads`,
-// and checks that exactly those bytes are zero.
-void ExpectZeroedExactly(size_t n, int threads) {
-  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  const size_t bytes = n + 16 + page;
-  auto* p = static_cast<unsigned char*>(
-      mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-  ASSERT_NE(p, MAP_FAILED);
-  memset(p, 0xab, bytes);
-  ZeroInParallel(p + 16, n, threads);
-  for (size_t at = 0; at < bytes; ++at) {
-    const unsigned char want = at >= 16 && at < 16 + n ? 0 : 0xab;
-    if (p[at] != want) {
-      ADD_FAILURE() << "byte " << at << " of " << n << " zeroed with " << threads << " threads: "
-                    << int{p[at]};
-      break;
-    }
-  }
-  munmap(p, bytes);
-}
-
-TEST(ZeroInParallelTest, ZeroesExactlyTheRangeWithAnyThreads) {
-  // Unaligned at both ends, not a multiple of a slice; below the threshold
-  // (the caller alone) and above it, with one thread and with several.
-  for (int threads : {0, 1, 4, 16}) {
-    ExpectZeroedExactly(kPrefaultMinBytes + (3 << 20) + 4096 + 5, threads);
-    ExpectZeroedExactly(kZeroMinBytes + 4096 + 3, threads);
-    ExpectZeroedExactly(kZeroMinBytes - 1, threads);
-  }
-}
-
-TEST(ZeroInParallelTest, OnOneCpuTheCallerZeroesAlone) {
-  std::thread([] {
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(sched_getcpu(), &one);
-    ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
-    ExpectZeroedExactly(kPrefaultMinBytes + 7, 16);
-  }).join();
-}
-
 TEST(PrefaultTest, OnlyLargeWritablePrivateAnonymousMemory) {
   const size_t big = kPrefaultMinBytes;
   void* anon = mmap(nullptr, big, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
