@@ -63,7 +63,7 @@ uint64_t RecordingCapture(CUstream stream);
 void NoteGraphRange(Dispatch* dispatch, const void* owner, uintptr_t lo, uintptr_t hi);
 
 // The dispatch when lazypin is active and this is not lazypin's own call; else null.
-inline Dispatch* ActiveDispatch() { return t_state.inside ? nullptr : ActiveState()->dispatch; }
+inline Dispatch* ActiveDispatch() { return t_state.inside ? nullptr : ActiveState(kHookSide)->dispatch; }
 // The same without setting lazypin up (teardown and queries need no set-up).
 inline Dispatch* PublishedDispatch() {
   const ShimState* state = t_state.inside ? nullptr : StateInThisProcess();

@@ -6,11 +6,16 @@
 
 #include <cstdint>
 
+#include "state.h"
 #include "types.h"
 
 namespace lazypin {
 
 constexpr int kViaCount = 3;
+
+// What set-up takes of the hooks (state.h), handed to every call that may set
+// lazypin up. A constant: it is there before any constructor runs.
+extern const HookSide kHookSide;
 
 // The getter's answer `*pfn` for `symbol` at `version` with `flags`: replaced
 // by our hook when we own that entry point.

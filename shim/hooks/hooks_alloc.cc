@@ -20,12 +20,14 @@
 #include "pages.h"
 #include "real.h"
 #include "export.h"
-#include "state.h"
+#include "hooks.h"
+#include "hooks_memory.h"
 #include "thread_state.h"
 
 namespace lazypin {
 
 std::atomic<int64_t> g_alloc_gauge{0};
+const HookSide kHookSide{&MemoryHooksSelfTest, &AllocatorReuseCheck, &RealFree, &g_alloc_gauge};
 
 namespace {
 

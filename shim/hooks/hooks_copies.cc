@@ -82,7 +82,7 @@ AutoPin* AutoPinFor(size_t bytes) {
   static const bool requested =
       PeekConfig([](const char* name) { return getenv(name); }, {"LAZYPIN_AUTOPIN"}).autopin;
   if (!requested) return nullptr;
-  const ShimState* state = ActiveState();
+  const ShimState* state = ActiveState(kHookSide);
   return state != nullptr ? state->auto_pin : nullptr;
 }
 

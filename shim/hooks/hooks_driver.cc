@@ -11,10 +11,7 @@
 #include "driver_hook.h"  // first: cuda.h's names as the driver exports them
 
 #include <dlfcn.h>
-#include <stdlib.h>
 #include <string.h>
-
-#include <atomic>
 
 #include "driver_calls.h"
 #include "pages.h"
@@ -226,25 +223,6 @@ const HookEntry* FindByName(const char* name) {
   return FindEntry([name](const HookEntry& e) { return strcmp(e.name, name) == 0; });
 }
 
-// cudart (or a program) is asking the driver's getter for its entry points:
-// CUDA is being set up, before the program's first registration (maybe from
-// a library constructor, under the loader's lock: TrySetUp never waits for
-// another thread's set-up). lazypin sets itself up here, once, so that the
-// program's first registration finds everything ready: its threads start
-// first as spares (PrepareSpareThreads), which the set-up hands their bodies:
-// the log's writer; deferring, also the collector, the kernel watch's reader
-// and unwatch thread, and the first context's idle waiter. Spares it did not
-// need end.
-void SetUpWithCuda() {
-  static std::atomic<bool> done{false};
-  if (done.load(std::memory_order_relaxed) || done.exchange(true)) return;
-  if (PublishedState() != nullptr) return;  // set up already
-  const Mode mode = PeekConfig([](const char* name) { return getenv(name); }, {"LAZYPIN_MODE"}).mode;
-  if (mode == Mode::kOff) return;
-  PrepareSpareThreads(mode == Mode::kDefer ? 5 : 1);
-  if (TrySetUp()) EndUnusedSpareThreads();
-}
-
 void* DlsymHooked(void* handle, const char* symbol, const HookEntry& entry) {
   void* fn = real::Dlsym()(handle, symbol);
   if (fn == nullptr && handle == RTLD_DEFAULT) {
@@ -259,7 +237,7 @@ void* DlsymHooked(void* handle, const char* symbol, const HookEntry& entry) {
 
 void SwapForHook(const char* symbol, int version, uint64_t flags, void** pfn) {
   if (symbol == nullptr || pfn == nullptr || *pfn == nullptr || IsOurs(*pfn)) return;
-  SetUpWithCuda();
+  SetUpWithCuda(kHookSide);
   const HookEntry::Stream stream = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)
                                        ? HookEntry::Stream::kPerThread
                                        : HookEntry::Stream::kLegacy;

@@ -9,7 +9,6 @@
 
 #include "covered_signals.h"
 #include "fork_fence.h"
-#include "hooks_alloc.h"
 #include "real.h"
 #include "shim.h"
 #include "thread_state.h"
@@ -171,7 +170,7 @@ void Shim::InForkChild(bool raw_copy) {
   ForkFence::ResetInCopy();  // a clone()'s copy starts in its function, past the hook's Open
   if (pool_) pool_->AbandonAfterFork(raw_copy);
   if (host_cache_) host_cache_->AbandonAfterFork();
-  g_alloc_gauge.store(0, std::memory_order_relaxed);  // nothing is served or kept here
+  hooks_.alloc_gauge->store(0, std::memory_order_relaxed);  // nothing is served or kept here
   if (watch_) watch_->AbandonAfterFork();
   static const ShimState child{Mode::kOff, Mode::kOff, "a fork's child", nullptr, nullptr};
   Publish(&child);
@@ -185,29 +184,45 @@ std::mutex& SetUpMutex() {
   static std::mutex* const mu = new std::mutex;  // never destroyed
   return *mu;
 }
-void SetUpLocked() {
+void SetUpLocked(const HookSide& hooks) {
   if (PublishedState() != nullptr) return;
   ScopedInsideLazypin inside;
-  g_shim = new Shim();  // never destroyed: hooks may run until the very end
-  g_shim->Init();       // publishes the state
+  g_shim = new Shim(hooks);  // never destroyed: hooks may run until the very end
+  g_shim->Init();            // publishes the state
+}
+
+// Sets lazypin up unless it is; true once it is. False at once when another
+// thread is doing it now, rather than wait (the caller may hold the loader's
+// lock, which that set-up may need: a library constructor that starts CUDA).
+bool TrySetUp(const HookSide& hooks) {
+  if (PublishedState() != nullptr) return true;
+  std::unique_lock<std::mutex> lock(SetUpMutex(), std::try_to_lock);
+  if (!lock.owns_lock()) return false;
+  SetUpLocked(hooks);
+  return true;
 }
 
 }  // namespace
 
-const ShimState* ActiveState() {
+const ShimState* ActiveState(const HookSide& hooks) {
   if (PublishedState() == nullptr) {
     std::lock_guard<std::mutex> lock(SetUpMutex());
-    SetUpLocked();
+    SetUpLocked(hooks);
   }
   return StateInThisProcess();
 }
 
-bool TrySetUp() {
-  if (PublishedState() != nullptr) return true;
-  std::unique_lock<std::mutex> lock(SetUpMutex(), std::try_to_lock);
-  if (!lock.owns_lock()) return false;
-  SetUpLocked();
-  return true;
+// The threads set-up starts: the log's writer; deferring, also the
+// collector, the kernel watch's reader and unwatch thread, and the first
+// context's idle waiter.
+void SetUpWithCuda(const HookSide& hooks) {
+  static std::atomic<bool> done{false};
+  if (done.load(std::memory_order_relaxed) || done.exchange(true)) return;
+  if (PublishedState() != nullptr) return;  // set up already
+  const Mode mode = PeekConfig([](const char* name) { return getenv(name); }, {"LAZYPIN_MODE"}).mode;
+  if (mode == Mode::kOff) return;
+  PrepareSpareThreads(mode == Mode::kDefer ? 5 : 1);
+  if (TrySetUp(hooks)) EndUnusedSpareThreads();
 }
 
 }  // namespace lazypin

@@ -8,8 +8,6 @@
 #include "cuda_pool_driver.h"
 #include "fmt/format.h"
 #include "glibc_blocks.h"
-#include "hooks_alloc.h"
-#include "hooks_memory.h"
 #include "memory_budget.h"
 #include "memory_limit.h"
 #include "option_limits.h"
@@ -57,7 +55,7 @@ void Shim::Init() {
   effective_ = config_.mode;
   if (effective_ == Mode::kDefer) {
     std::string failed;
-    if (!MemoryHooksSelfTest(&failed)) {
+    if (!hooks_.memory_hooks_self_test(&failed)) {
       why_ = fmt::format("the memory hooks' self-test failed ({})", failed);
     } else if (!OpenWatch()) {
       why_ = fmt::format("LAZYPIN_WATCH=kernel and the kernel watch is not available ({})",
@@ -87,7 +85,7 @@ void Shim::Init() {
     probe_ = std::make_unique<MemoryProbe>(
         /*open_files=*/config_.host_alloc_bytes > 0 || config_.reuse_freed != 0);
     budget_ = std::make_unique<MemoryBudget>(&MemoryProbe::HeadroomOf, probe_.get(),
-                                             config_.keep_margin, &g_alloc_gauge);
+                                             config_.keep_margin, hooks_.alloc_gauge);
     if (config_.host_alloc_bytes > 0) {
       HostAllocLimits host_limits = HostAllocLimitsFrom(config_);
       host_limits.budget = budget_.get();
@@ -98,21 +96,21 @@ void Shim::Init() {
     // Whether freed blocks are glibc's: then their headers are read as
     // glibc's free reads them (MemoryGuard), and they may come back.
     std::string why_not;
-    glibc_allocator_ = AllocatorReuseCheck(&why_not);
+    glibc_allocator_ = hooks_.allocator_reuse_check(&why_not);
     if (glibc_allocator_) GlibcNoteEnvironment();
     bool reuse = false;
     if (config_.reuse_freed != 0) {
       reuse = glibc_allocator_;
       if (reuse) {
         pool_->EnableReuse(
-            ReuseHooks{&RealFree, &g_alloc_gauge, config_.reuse_freed, budget_.get()});
+            ReuseHooks{hooks_.real_free, hooks_.alloc_gauge, config_.reuse_freed, budget_.get()});
       } else {  // said once, in the log: the program runs as with LAZYPIN_REUSE_FREED=0
         warnings_.push_back(fmt::format(
             "lazypin: LAZYPIN_REUSE_FREED steps aside: {}; freed blocks are unregistered and freed",
             why_not));
       }
     }
-    collector_ = std::make_unique<Collector>(pool_.get(), config_.idle_ms, &RealFree, FreeBounds{},
+    collector_ = std::make_unique<Collector>(pool_.get(), config_.idle_ms, hooks_.real_free, FreeBounds{},
                                              &Captures(), host_cache_.get(), budget_.get());
     budget_->SetWaker([](void* c) { static_cast<Collector*>(c)->Nudge(); }, collector_.get());
     guard_ = std::make_unique<MemoryGuard>(pool_.get(), collector_.get(), &LeftSetUpProcess,

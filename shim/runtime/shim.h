@@ -2,8 +2,8 @@
 // host-allocation cache, collector, dispatch, memory guard, auto-pin) and
 // owns the process lifecycle: set-up when CUDA sets up (the driver's getter)
 // or in the program's first registration call, exit, fork, SIGTERM/SIGINT.
-// It publishes what it set up as the ShimState (core/state.h) that the hooks
-// read; no call of the program passes through it.
+// It publishes what it set up as the ShimState (state.h) that the hooks
+// read; a program call reaches runtime/ only for that state (ActiveState).
 //   setup.cc      Init: what runs, from the configuration
 //   lifecycle.cc  exit, fork, signals, the published state
 #pragma once
@@ -48,6 +48,7 @@ class RecordingCudaEnv final : public CudaEnv {
 // until the very end.
 class Shim {
  public:
+  explicit Shim(const HookSide& hooks) : hooks_(hooks) {}
   void Init();
   void AtExit();
   void OnSignal(int sig);
@@ -67,6 +68,7 @@ class Shim {
   // Opens the kernel watch as LAZYPIN_WATCH asks; false when it is required and cannot be had.
   bool OpenWatch();
 
+  const HookSide hooks_;
   Config config_;
   ProcessIdentity process_;
   int64_t start_mono_ns_ = 0;

@@ -8,7 +8,7 @@ src=$1 work=$2 seconds=$3
 mkdir -p "$work/corpus"
 # shellcheck disable=SC2046
 clang++ -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  -DFMT_HEADER_ONLY -I"$src/tests/unit" -I"$src/shim/base" -I"$src/shim/core" -I"$src/shim/features" \
+  -DFMT_HEADER_ONLY -I"$src/tests/unit" -I"$src/shim/base" -I"$src/shim/core" \
   -I"$src/shim/cuda" -isystem /usr/local/cuda/include \
   "$src/tests/fuzz/pool_fuzz.cc" "$src/shim/core/pool.cc" "$src/shim/core/pool_park.cc" \
   "$src/shim/core/pool_autopin.cc" "$src/shim/base/types.cc" \

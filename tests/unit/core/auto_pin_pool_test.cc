@@ -1,4 +1,4 @@
-// Pool::AutoPin (LAZYPIN_AUTOPIN, shim/features/auto_pin.h): a copy's pageable host
+// Pool::AutoPin (LAZYPIN_AUTOPIN, shim/cuda/auto_pin.h): a copy's pageable host
 // range registered by lazypin as a deferred entry, and everything the program
 // does with that memory afterwards answered as if lazypin had never pinned it.
 #include <string>

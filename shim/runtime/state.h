@@ -1,7 +1,11 @@
 // state: what lazypin does in this process, as one immutable snapshot behind
-// one atomic pointer. runtime/ publishes it once set up and swaps it in a
+// one atomic pointer. lifecycle.cc publishes it once set up and swaps it in a
 // fork's child, on a fatal signal and at exit; the hooks only read it.
 #pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
 
 #include "config.h"
 
@@ -31,6 +35,21 @@ inline const MemoryGuard* PublishedGuard() {
   return state != nullptr ? state->guard : nullptr;
 }
 
+// What set-up takes of the hooks above it, handed down by every hook call
+// that may set lazypin up (one constant table: hooks.h's kHookSide).
+struct HookSide {
+  // The process's memory hooks are lazypin's and a call through them reaches
+  // them; false with the reason otherwise (hooks_memory.h).
+  bool (*memory_hooks_self_test)(std::string* why);
+  // Freed blocks may come back: the malloc family is lazypin's over glibc's;
+  // false with the reason otherwise (hooks_alloc.h).
+  bool (*allocator_reuse_check)(std::string* why);
+  // The next free() after lazypin's: what really frees a block lazypin kept.
+  void (*real_free)(void* ptr);
+  // The allocation hooks' one word (hooks_alloc.h's g_alloc_gauge).
+  std::atomic<int64_t>* alloc_gauge;
+};
+
 // The published state, switched first to pass-through in a copy of the
 // process that fork's handlers did not reach (a raw clone's child: see
 // ProcessIdentity). For the hooks' slow paths (register, unregister,
@@ -41,11 +60,14 @@ const ShimState* StateInThisProcess();
 // asking the driver's getter for its entry points), else in the program's
 // first registration call (a program that reaches the driver without the
 // getter: linked with -lcuda, or dlsym).
-const ShimState* ActiveState();
+const ShimState* ActiveState(const HookSide& hooks);
 
-// Sets lazypin up unless it is; true once it is. False at once when another
-// thread is doing it now, rather than wait (the caller may hold the loader's
-// lock, which that set-up may need: a library constructor that starts CUDA).
-bool TrySetUp();
+// cudart (or a program) is asking the driver's getter for its entry points:
+// CUDA is being set up. Sets lazypin up here, once, unless LAZYPIN_MODE is
+// off, so that the program's first registration finds everything ready; its
+// threads start first as spares (PrepareSpareThreads), and those the set-up
+// did not need end. Never waits for another thread's set-up (the caller may
+// be a library constructor, under the loader's lock).
+void SetUpWithCuda(const HookSide& hooks);
 
 }  // namespace lazypin

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <mutex>
 
+#include "config.h"
 #include "copy_sides.h"
 #include "dispatch.h"
 #include "pool.h"
@@ -37,12 +38,20 @@ namespace lazypin {
 // reach the auto-pin path, nor set lazypin up.
 constexpr uint64_t kAutoPinFloor = uint64_t{64} << 10;
 
-// No defaults of its own: AutoPinLimitsFrom (option_limits.h) fills it from Config.
+// No defaults of its own: AutoPinLimitsFrom fills it from Config.
 struct AutoPinLimits {
   uint64_t min_bytes = 0;  // LAZYPIN_AUTOPIN_MIN
   uint64_t max_bytes = 0;  // LAZYPIN_AUTOPIN_BYTES: auto-pinned bytes held at once
   int after = 0;  // LAZYPIN_AUTOPIN_AFTER: pin at this copy of a range (1: the first)
 };
+inline AutoPinLimits AutoPinLimitsFrom(const Config& config) {
+  AutoPinLimits limits;
+  limits.min_bytes = config.autopin_min;
+  limits.max_bytes = config.autopin_bytes;
+  limits.after = static_cast<int>(config.autopin_after);
+  return limits;
+}
+
 
 // One auto-pin, for the log ("autopin" record) and the statistics.
 struct AutoPinRecord {
