@@ -2,13 +2,10 @@
 // space (a range that would wrap ends at UINTPTR_MAX instead).
 #pragma once
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
-
-#include "seccomp.h"
 
 namespace lazypin {
 
@@ -26,14 +23,6 @@ inline uintptr_t PageCeil(uintptr_t a) {
 inline uintptr_t RangeEnd(uintptr_t base, size_t bytes) {
   const uintptr_t end = base + bytes;
   return end < base ? ~uintptr_t{0} : end;
-}
-
-// Faults [p, p + bytes) in for writing, contents unchanged, safe while other
-// threads use the memory (MADV_POPULATE_WRITE); false where the kernel lacks
-// it (before Linux 5.14) or a page cannot be had, and not tried once a
-// seccomp filter was seen (seccomp.h).
-inline bool PopulateWrite(void* p, size_t bytes) {
-  return !SeccompFilterSeen() && madvise(p, bytes, 23) == 0;
 }
 
 }  // namespace lazypin

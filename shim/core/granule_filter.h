@@ -38,7 +38,6 @@ class GranuleFilter {
   void Prefault() {
     for (auto& table : tables_) {
       if (table == nullptr) continue;
-      if (PopulateWrite(table.get(), kTableBytes)) continue;
       for (size_t i = 0; i < kSlots; i += 4096 / sizeof(table[0])) {
         table[i].fetch_add(0, std::memory_order_relaxed);
       }

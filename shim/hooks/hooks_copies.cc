@@ -79,9 +79,7 @@ CUstream PerThread(CUstream stream) { return stream == nullptr ? CU_STREAM_PER_T
 // smaller ones cost one comparison.
 AutoPin* AutoPinFor(size_t bytes) {
   if (bytes < kAutoPinFloor || t_state.inside) return nullptr;
-  static const bool requested =
-      PeekConfig([](const char* name) { return getenv(name); }, {"LAZYPIN_AUTOPIN"}).autopin;
-  if (!requested) return nullptr;
+  if (!AutoPinAsked()) return nullptr;
   const ShimState* state = ActiveState(kHookSide);
   return state != nullptr ? state->auto_pin : nullptr;
 }

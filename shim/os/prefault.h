@@ -48,11 +48,23 @@
 // program's own setting is never changed unasked.
 #pragma once
 
+#include <sys/mman.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
+#include "seccomp.h"
+
 namespace lazypin {
+
+// Faults [p, p + bytes) in for writing, contents unchanged, safe while other
+// threads use the memory (MADV_POPULATE_WRITE); false where the kernel lacks
+// it (before Linux 5.14) or a page cannot be had, and not tried once a
+// seccomp filter was seen (seccomp.h).
+inline bool PopulateWrite(void* p, size_t bytes) {
+  return !SeccompFilterSeen() && madvise(p, bytes, 23) == 0;
+}
 
 // Registers smaller than this are left to the driver.
 constexpr size_t kPrefaultMinBytes = size_t{64} << 20;

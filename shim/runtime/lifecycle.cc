@@ -225,4 +225,10 @@ void SetUpWithCuda(const HookSide& hooks) {
   if (TrySetUp(hooks)) EndUnusedSpareThreads();
 }
 
+bool AutoPinAsked() {
+  static const bool asked =
+      PeekConfig([](const char* name) { return getenv(name); }, {"LAZYPIN_AUTOPIN"}).autopin;
+  return asked;
+}
+
 }  // namespace lazypin

@@ -70,4 +70,8 @@ const ShimState* ActiveState(const HookSide& hooks);
 // be a library constructor, under the loader's lock).
 void SetUpWithCuda(const HookSide& hooks);
 
+// LAZYPIN_AUTOPIN asks for auto-pin: then a large copy may set lazypin up
+// (read once, before set-up, without messages: PeekConfig).
+bool AutoPinAsked();
+
 }  // namespace lazypin

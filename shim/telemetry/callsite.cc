@@ -12,6 +12,7 @@
 #include "fmt/format.h"
 #include "json.h"
 #include "pages.h"
+#include "prefault.h"
 #include "pyframe.h"
 #include "unwind.h"
 

@@ -19,6 +19,7 @@
 
 #include "log_entry.h"
 #include "pages.h"
+#include "prefault.h"
 
 namespace lazypin {
 
