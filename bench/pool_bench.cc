@@ -157,7 +157,7 @@ void BM_Zero(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
   munmap(p, bytes);
 }
-BENCHMARK(BM_Zero)->ArgsProduct({{4, 64}, {0, 1}})->UseRealTime();
+BENCHMARK(BM_Zero)->ArgsProduct({{4, 64, 128, 192, 256}, {0, 1}})->UseRealTime();
 
 void BM_WriterBesideZeroing(benchmark::State& state) {
   constexpr size_t kBytes = size_t{64} << 20;

@@ -2,6 +2,7 @@
 #include "host_alloc_cache.h"
 
 #include "absl/types/span.h"
+#include "zero_fill.h"
 
 #include <string.h>
 
@@ -108,7 +109,7 @@ Outcome HostAllocCache::Alloc(const HostAllocRequest& request, void** out,
       if (limits_.zero) {
         const int64_t t0 = driver_->NowNs();
         const size_t zeroed = OwnsItsPages(served, request.bytes) ? Span(request.bytes) : request.bytes;
-        memset(reinterpret_cast<void*>(served), 0, zeroed);
+        ZeroForProgram(reinterpret_cast<void*>(served), zeroed);
         const int64_t spent = driver_->NowNs() - t0;
         std::lock_guard<std::mutex> lock(mu_);
         counters_.zeroed_bytes += zeroed;

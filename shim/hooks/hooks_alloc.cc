@@ -23,6 +23,7 @@
 #include "hooks.h"
 #include "hooks_memory.h"
 #include "thread_state.h"
+#include "zero_fill.h"
 
 namespace lazypin {
 
@@ -126,7 +127,7 @@ void* ServeParked(size_t bytes, size_t align, bool zero) {
   void* block = guard != nullptr ? guard->Serve(bytes, align, &zeroed) : nullptr;
   if (block != nullptr && !zeroed) {
     const GlibcChunk chunk = GlibcChunkOf(block, PageSize());
-    if (zero || chunk.mmapped) memset(block, 0, chunk.usable);
+    if (zero || chunk.mmapped) ZeroForProgram(block, chunk.usable);
   }
   return block;
 }
