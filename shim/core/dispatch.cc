@@ -22,7 +22,7 @@ RegisterRequest Dispatch::Request(const ProgramCall& call, Context ctx) {
 void Dispatch::Record(const ProgramCall& call, const Outcome& outcome, int64_t t0) {
   const int64_t end = env_->NowNs();
   ScopedInsideLazypin inside;
-  env_->Record(CallRecord{call, outcome.result, end - t0, outcome.action, outcome.evicted,
+  sink_->Record(CallRecord{call, outcome.result, end - t0, outcome.action, outcome.evicted,
                           outcome.reason, end, env_->RecordedDevice()});
 }
 
@@ -56,7 +56,7 @@ Outcome Dispatch::Act(const ProgramCall& call, absl::FunctionRef<int()> real,
 }
 
 int Dispatch::Runtime(const ProgramCall& call, absl::FunctionRef<int()> real) {
-  env_->CallStarts(call);
+  sink_->CallStarts(call);
   const int64_t t0 = env_->NowNs();
   // A hit or a deferral needs no driver call: take it here and spare the
   // program cudart's own path. A register needs the context cudart will use,
@@ -118,7 +118,7 @@ int Dispatch::Driver(const ProgramCall& call, absl::FunctionRef<int()> real) {
     // blocks under it).
     return IntoFrame(*frame, [&] { return Act(call, real, frame->wait); });
   }
-  env_->CallStarts(call);
+  sink_->CallStarts(call);
   const int64_t t0 = env_->NowNs();
   FreeCachedHostBlocksUnder(call);
   const Outcome outcome = Act(call, real, RuntimeFrame::Wait::kNotYet);

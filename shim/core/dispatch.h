@@ -1,7 +1,8 @@
 // dispatch: the path of one program register or unregister, whichever door it
 // came through, from the hook to the pool or the driver and back, timed and
-// recorded once. The clock, the current context and the record sink are
-// injected (DispatchEnv), the driver is the `real` callable of each call, and
+// recorded once. The clock and the current context are injected (DispatchEnv,
+// the CUDA port), the records' destination too (CallSink, the recorder), the
+// driver is the `real` callable of each call, and
 // the pool is optional (null: log mode), so all of it runs in a unit test with
 // no hooks and no CUDA.
 //
@@ -76,12 +77,6 @@ class DispatchEnv {
   // Such an unregister is forwarded, not deferred, so that the program sees
   // the driver's answer. Cheap when nothing captures.
   virtual bool CaptureForbidsDeferral() = 0;
-  // Exactly once per program call: CallStarts before anything else, Record
-  // after it returned from the driver or the pool (calls of one thread nest).
-  // The call reads the clock twice (NowNs: when it began, and
-  // record.end_ns); Record should read it no more.
-  virtual void CallStarts(const ProgramCall& call) {}
-  virtual void Record(const CallRecord& record) = 0;
   // Waits, on the calling thread, for the work in flight in `ctx` (the
   // calling thread's current context) and returns the driver's result. This
   // is the only place lazypin synchronizes the device on the program's
@@ -106,6 +101,18 @@ class DispatchEnv {
   // where no capture is in progress anywhere (a query could invalidate one);
   // false when unknown.
   virtual bool StreamIdle(void* stream) { return false; }
+};
+
+// Where dispatch's records go (the recorder).
+class CallSink {
+ public:
+  virtual ~CallSink() = default;
+  // Exactly once per program call: CallStarts before anything else, Record
+  // after it returned from the driver or the pool (calls of one thread nest).
+  // The call reads the clock twice (DispatchEnv::NowNs: when it began, and
+  // record.end_ns); Record should read it no more.
+  virtual void CallStarts(const ProgramCall& call) {}
+  virtual void Record(const CallRecord& record) = 0;
 };
 
 // Open while a runtime call is in cudart: the driver calls cudart makes on
@@ -143,9 +150,10 @@ class Dispatch {
   // `host_cache` null: pinned host allocations and frees are forwarded
   // (timed and recorded); else freed blocks are kept for reuse (the wait
   // before keeping one follows `unregister_wait`, as for an unregister).
-  Dispatch(DispatchEnv* env, Pool* pool, bool unregister_wait = true,
+  Dispatch(DispatchEnv* env, CallSink* sink, Pool* pool, bool unregister_wait = true,
            HostAllocCache* host_cache = nullptr)
-      : env_(env), pool_(pool), unregister_wait_(unregister_wait), host_cache_(host_cache) {}
+      : env_(env), sink_(sink), pool_(pool), unregister_wait_(unregister_wait),
+        host_cache_(host_cache) {}
   Dispatch(const Dispatch&) = delete;
   Dispatch& operator=(const Dispatch&) = delete;
 
@@ -275,6 +283,7 @@ class Dispatch {
   void FreeCachedHostBlocksUnder(const ProgramCall& call);
 
   DispatchEnv* const env_;
+  CallSink* const sink_;
   Pool* const pool_;
   const bool unregister_wait_;
   HostAllocCache* const host_cache_;

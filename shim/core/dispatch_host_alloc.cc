@@ -44,7 +44,7 @@ Outcome Dispatch::HostAct(const ProgramCall& call, Api origin, void** out,
 }
 
 int Dispatch::HostRuntime(const ProgramCall& call, void** out, absl::FunctionRef<int()> real) {
-  env_->CallStarts(call);
+  sink_->CallStarts(call);
   const int64_t t0 = env_->NowNs();
   RuntimeFrame frame;
   frame.api = call.api;
@@ -62,7 +62,7 @@ int Dispatch::HostDriver(const ProgramCall& call, void** out, absl::FunctionRef<
     // cudart on behalf of the runtime call above.
     return IntoFrame(*frame, [&] { return HostAct(call, frame->api, out, real); });
   }
-  env_->CallStarts(call);
+  sink_->CallStarts(call);
   const int64_t t0 = env_->NowNs();
   const Outcome outcome = HostAct(call, call.api, out, real);
   ProgramCall recorded = call;

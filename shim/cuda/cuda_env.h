@@ -1,8 +1,8 @@
 // cuda_env: the CUDA side of DispatchEnv (core/dispatch.h), through the real
 // driver: the current context and device, the capture rule, the one wait
 // lazypin makes for the program (WaitForDevice), primary-context state, the
-// pageable-copy stream wait. Where a call's record goes (CallStarts, Record)
-// is left to the one who owns the log (runtime/).
+// pageable-copy stream wait. Where a call's record goes is Dispatch's other
+// port (CallSink: the recorder).
 #pragma once
 
 #include "dispatch.h"

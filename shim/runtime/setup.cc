@@ -75,7 +75,7 @@ void Shim::Init() {
   }
   recorder_ = std::make_unique<Recorder>(config_, start_mono_ns_, ExpandLogPath(config_.log_path, getpid()),
                                          [] { g_shim->InstallHandlersOnce(); });
-  env_ = std::make_unique<RecordingCudaEnv>(recorder_.get());
+  env_ = std::make_unique<CudaEnv>();
   if (effective_ == Mode::kDefer) {
     pool_driver_ = MakeCudaPoolDriver(watch_.get(), config_.defer_shared, config_.prefault_threads,
                                       config_.prefault_huge);
@@ -117,7 +117,7 @@ void Shim::Init() {
                                            host_cache_.get(), reuse, glibc_allocator_,
                                            budget_.get(), config_.unregister_wait);
   }
-  dispatch_ = std::make_unique<Dispatch>(env_.get(), pool_.get(), config_.unregister_wait,
+  dispatch_ = std::make_unique<Dispatch>(env_.get(), recorder_.get(), pool_.get(), config_.unregister_wait,
                                          host_cache_.get());
   if (config_.autopin) {
     // Auto-pinned memory is pageable to the program: every change of its

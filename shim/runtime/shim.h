@@ -32,18 +32,6 @@
 
 namespace lazypin {
 
-// The environment dispatch runs in: CUDA through the real driver, and
-// every call recorded by the recorder.
-class RecordingCudaEnv final : public CudaEnv {
- public:
-  explicit RecordingCudaEnv(Recorder* recorder) : recorder_(recorder) {}
-  void CallStarts(const ProgramCall& call) override { recorder_->CallStarts(call); }
-  void Record(const CallRecord& record) override { recorder_->Record(record); }
-
- private:
-  Recorder* const recorder_;
-};
-
 // Everything lazypin set up in this process. Never destroyed: hooks may run
 // until the very end.
 class Shim {
@@ -75,7 +63,7 @@ class Shim {
   int64_t start_unix_ns_ = 0;
   std::string cmdline_;  // /proc/self/cmdline at set-up, for the log's header
   std::unique_ptr<Recorder> recorder_;
-  std::unique_ptr<RecordingCudaEnv> env_;
+  std::unique_ptr<CudaEnv> env_;  // dispatch's CUDA (its records go to recorder_)
   std::unique_ptr<MemWatch> watch_;
   std::string watch_reason_;  // why the kernel watch is not on
   std::unique_ptr<PoolDriver> pool_driver_;

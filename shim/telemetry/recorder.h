@@ -30,7 +30,10 @@
 
 namespace lazypin {
 
-class Recorder final : public PoolObserver, public HostAllocObserver, public AutoPinSink {
+class Recorder final : public CallSink,
+                       public PoolObserver,
+                       public HostAllocObserver,
+                       public AutoPinSink {
  public:
   // `log_path`: the expanded path; `on_first_record`: called after each
   // program call recorded (cheap; the runtime installs its handlers once).
@@ -40,9 +43,9 @@ class Recorder final : public PoolObserver, public HostAllocObserver, public Aut
   // Starts the log's writer with `preamble` (the header and set-up's warnings).
   bool Start(std::function<std::vector<std::string>(const std::string& path)> preamble);
 
-  void CallStarts(const ProgramCall& call);
+  void CallStarts(const ProgramCall& call) override;
   // One program call: 56 bytes into the ring.
-  void Record(const CallRecord& record);
+  void Record(const CallRecord& record) override;
 
   // PoolObserver
   void OnEvict(uintptr_t ptr, size_t bytes, EvictReason reason, int result, int64_t latency_ns,

@@ -14,7 +14,7 @@ namespace lazypin {
 
 inline const Context kFakeCtx = reinterpret_cast<Context>(0x11);
 
-class FakeDispatchEnv final : public DispatchEnv {
+class FakeDispatchEnv final : public DispatchEnv, public CallSink {
  public:
   int64_t NowNs() override { return now += 10; }
   Context CurrentContext() override { return ctx; }

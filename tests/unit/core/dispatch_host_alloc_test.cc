@@ -71,7 +71,7 @@ class DispatchHostAllocTest : public ::testing::TestWithParam<bool> {
   void Make(bool unregister_wait) {
     cache_.reset();
     if (GetParam()) cache_ = std::make_unique<HostAllocCache>(&driver_, nullptr, DefaultHostAllocLimits());
-    dispatch_ = std::make_unique<Dispatch>(&env_, nullptr, unregister_wait, cache_.get());
+    dispatch_ = std::make_unique<Dispatch>(&env_, &env_, nullptr, unregister_wait, cache_.get());
   }
   bool Caching() const { return GetParam(); }
 

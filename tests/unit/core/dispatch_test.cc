@@ -59,7 +59,7 @@ class DispatchTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     if (GetParam()) pool_ = std::make_unique<Pool>(&pool_driver_, &observer_, DefaultPoolLimits());
-    dispatch_ = std::make_unique<Dispatch>(&env_, pool_.get());
+    dispatch_ = std::make_unique<Dispatch>(&env_, &env_, pool_.get());
   }
   bool Deferring() const { return GetParam(); }
 
@@ -285,7 +285,7 @@ TEST_P(DispatchTest, AFailedWaitForwardsTheUnregister) {
 
 TEST_P(DispatchTest, WithoutTheWaitADeferralCallsNothing) {
   if (!Deferring()) GTEST_SKIP() << "log mode never waits";
-  dispatch_ = std::make_unique<Dispatch>(&env_, pool_.get(), /*unregister_wait=*/false);
+  dispatch_ = std::make_unique<Dispatch>(&env_, &env_, pool_.get(), /*unregister_wait=*/false);
   ASSERT_EQ(RuntimeRegister(kBuf, kBytes), 0);
   ASSERT_EQ(RuntimeUnregister(kBuf), 0);
   EXPECT_EQ(Last().action, Action::kDeferred);
