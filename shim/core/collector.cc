@@ -14,6 +14,7 @@
 #include "capture.h"
 #include "glibc_blocks.h"
 #include "host_alloc_cache.h"
+#include "lazypin_thread.h"
 #include "memory_budget.h"
 #include "pool.h"
 #include "sys.h"

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <thread>
 
+#include "lazypin_thread.h"
 #include "thread_state.h"
 
 namespace lazypin {

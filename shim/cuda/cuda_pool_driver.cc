@@ -17,6 +17,7 @@
 #include "cuda.h"
 #include "driver_calls.h"
 #include "host_alloc_cache.h"
+#include "lazypin_thread.h"
 #include "mem_watch.h"
 #include "page_class.h"
 #include "pfn.h"

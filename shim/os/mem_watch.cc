@@ -33,6 +33,7 @@
 // holds nothing the reader needs: a signal handler that unmaps on a thread
 // inside Drain waits only for the reader, which never waits on anyone. So a
 // Drain needs no signal mask change: one read(2) when nothing is pending.
+#include "lazypin_thread.h"
 #include "mem_watch.h"
 
 #include <pthread.h>

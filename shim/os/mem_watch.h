@@ -35,6 +35,7 @@
 #include <thread>
 
 #include "descriptors.h"
+#include "lazypin_thread.h"
 #include "thread_state.h"
 
 #include "absl/base/thread_annotations.h"

@@ -9,6 +9,7 @@
 
 #include "covered_signals.h"
 #include "fork_fence.h"
+#include "lazypin_thread.h"
 #include "real.h"
 #include "shim.h"
 #include "thread_state.h"

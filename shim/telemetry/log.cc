@@ -1,4 +1,5 @@
 // log: the asynchronous JSON Lines writer (see log.h).
+#include "lazypin_thread.h"
 #include "log.h"
 
 #include <errno.h>

@@ -18,6 +18,7 @@
 #include <string>
 #include <thread>
 
+#include "lazypin_thread.h"
 #include "thread_state.h"
 
 #include <condition_variable>

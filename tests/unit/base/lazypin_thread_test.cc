@@ -1,4 +1,4 @@
-// lazypin's own threads (shim/base/thread_state.h): spare threads started
+// lazypin's own threads (shim/base/lazypin_thread.h): spare threads started
 // ahead take the bodies later (no thread made on the caller's path), every
 // signal is blocked while a body runs, unused spares end.
 #include <dirent.h>
@@ -7,6 +7,7 @@
 #include <atomic>
 
 #include "gtest/gtest.h"
+#include "lazypin_thread.h"
 #include "thread_state.h"
 
 namespace lazypin {
