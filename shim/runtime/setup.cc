@@ -17,6 +17,7 @@
 #include "shim.h"
 #include "sys.h"
 #include "thread_state.h"
+#include "zero_fill.h"
 
 extern char** environ;
 
@@ -33,6 +34,7 @@ constexpr const char* kVersion = "0.1.0";
 // is there (records are kept in memory until then).
 void Shim::Init() {
   SeccompFiltered();  // before any optional system call (seccomp.h)
+  StreamZeroFrom();   // its one-time initialization here, never inside a program's malloc
   process_.Mark();
   start_mono_ns_ = MonotonicNs();
   start_unix_ns_ = UnixNs();

@@ -44,39 +44,27 @@ bool Recorder::Start(std::function<std::vector<std::string>(const std::string& p
 
 void Recorder::CallStarts(const ProgramCall& call) { nvtx::CallBegins(call.api); }
 
+std::optional<uint64_t> StackKey(StackMode mode, Action action, uint64_t what,
+                                 const ProgramCall& call, bool python_possible) {
+  if (mode == StackMode::kAll) return 0;
+  if (action == Action::kHit || action == Action::kDeferred) return std::nullopt;
+  if (call.caller.pc != 0 && call.via != Via::kGetProc && !python_possible) {
+    return ((what * 0x9e3779b97f4a7c15u) ^ (call.caller.pc * 0xff51afd7ed558ccdu) ^
+            (call.caller.frame * 0xc4ceb9fe1a85ec53u) ^ (call.bytes * 0x94d049bb133111ebu)) |
+           1;
+  }
+  return ((what * 0x9e3779b97f4a7c15u) ^
+          (reinterpret_cast<uintptr_t>(call.ptr) * 0xff51afd7ed558ccdu) ^ call.bytes) |
+         1;
+}
+
 int Recorder::StackOf(Action action, uint64_t what, const ProgramCall& call) {
   if (!sites_ || t_own_thread) return 0;
-  // LAZYPIN_STACKS=all: every call, unwound each time (key 0). Else the calls
-  // that reached the driver only (a hit or a deferral costs about a
-  // microsecond, a stack more), unwound once per key:
-  //  - natively, the call's caller: its return address, which names the line,
-  //    its frame address, which tells apart the callers of one wrapper that
-  //    call it at different stack addresses, and the size (callers of a
-  //    wrapper at the same stack address with the same size share the first
-  //    one's stack: a full unwind would tell them apart, at 2-4 us a call).
-  //    A first registration of each new buffer of a size from a known line
-  //    is then not unwound;
-  //  - else the call's address and size: in a process with a Python
-  //    interpreter, whose native caller (ctypes, libffi) is the same for
-  //    every Python line, so the caller would merge the lines that a stack
-  //    tells apart by its Python frame (pyframe.h); for a driver entry point
-  //    that cuGetProcAddress handed out, whose caller is the runtime (cudart,
-  //    statically linked into the program by default) for every line of the
-  //    program; and when the caller is not known.
-  uint64_t key = 0;
-  if (config_.stacks != StackMode::kAll) {
-    if (action == Action::kHit || action == Action::kDeferred) return 0;
-    if (call.caller.pc != 0 && call.via != Via::kGetProc && !PythonFramePossible()) {
-      key = ((what * 0x9e3779b97f4a7c15u) ^ (call.caller.pc * 0xff51afd7ed558ccdu) ^
-             (call.caller.frame * 0xc4ceb9fe1a85ec53u) ^
-             (call.bytes * 0x94d049bb133111ebu)) | 1;
-    } else {
-      key = ((what * 0x9e3779b97f4a7c15u) ^
-             (reinterpret_cast<uintptr_t>(call.ptr) * 0xff51afd7ed558ccdu) ^ call.bytes) | 1;
-    }
-  }
+  const std::optional<uint64_t> key =
+      StackKey(config_.stacks, action, what, call, PythonFramePossible());
+  if (!key) return 0;
   return sites_->CaptureOnce(
-      key, CallSites::Emit{[this](std::string&& line) { log_->Write(std::move(line)); },
+      *key, CallSites::Emit{[this](std::string&& line) { log_->Write(std::move(line)); },
                            [this](int id) {
                              LogEntry entry;
                              entry.kind = LogEntry::Kind::kStack;

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,29 @@
 #include "sys.h"
 
 namespace lazypin {
+
+// The key a program call's stack is captured under (CallSites::CaptureOnce:
+// unwound once per key; 0: every call, unwound each time), or none (no stack).
+// `what` names the call's kind (its API and flags).
+//  - LAZYPIN_STACKS=all: 0.
+//  - Else only calls that reached the driver have one (a hit or a deferral
+//    costs about a microsecond, a stack more).
+//  - Natively, the call's caller: its return address, which names the line,
+//    its frame address, which tells apart the callers of one wrapper that
+//    call it at different stack addresses, and the size (callers of a
+//    wrapper at the same stack address with the same size share the first
+//    one's stack: a full unwind would tell them apart, at 2-4 us a call). A
+//    first registration of each new buffer of a size from a known line is
+//    then not unwound.
+//  - Else the call's address and size: where a Python interpreter may be
+//    the caller (`python_possible`: ctypes and libffi are the native caller
+//    of every Python line, which a stack tells apart by its Python frame,
+//    pyframe.h); for a driver entry point that cuGetProcAddress handed out,
+//    whose caller is the runtime for every line of the program; and when the
+//    caller is not known.
+// Keys of calls that have one are odd: never 0.
+std::optional<uint64_t> StackKey(StackMode mode, Action action, uint64_t what,
+                                 const ProgramCall& call, bool python_possible);
 
 class Recorder final : public CallSink,
                        public PoolObserver,

@@ -1,4 +1,4 @@
-// Whether a seccomp filter may be in force (shim/base/seccomp.h): seen on the
+// Whether a seccomp filter may be in force (shim/os/seccomp.h): seen on the
 // thread that has one, then taken as in force everywhere; noticed once.
 #include <linux/filter.h>
 #include <linux/seccomp.h>
